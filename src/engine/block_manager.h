@@ -1,0 +1,54 @@
+/* block_manager.h: CPU bookkeeping of the paged KV cache (no device memory here): a pool of
+ * num_blocks blocks of block_size tokens, a free list, ref counts, and the prefix cache.
+ *
+ * Prefix caching: the hash of a full block i of a sequence is XXH64 over (hash of block i-1, or 0
+ * for the first block) followed by the block's token ids. A lookup hit is confirmed by comparing
+ * token ids (a colliding hash with other tokens is a miss). Partial blocks are never shared. A
+ * block's hash is registered only once its K/V has been computed (block_manager_commit), so a
+ * hit always means the K/V is really there. Freed blocks keep their hash (and stay findable)
+ * until they are taken for reuse. */
+#ifndef CVLLM_ENGINE_BLOCK_MANAGER_H
+#define CVLLM_ENGINE_BLOCK_MANAGER_H
+
+#include <stdint.h>
+
+#include "engine/sequence.h"
+
+typedef struct BlockManager BlockManager;
+typedef uint64_t (*BlockHashFn)(uint64_t prev_hash, const int32_t *tokens, int n);
+
+BlockManager *block_manager_create(int num_blocks, int block_size, int enable_prefix_caching);
+void block_manager_destroy(BlockManager *bm); /* accepts NULL */
+
+/* The default chained hash (XXH64). */
+uint64_t block_hash(uint64_t prev_hash, const int32_t *tokens, int n);
+/* Replaces the hash function (tests force collisions with it). */
+void block_manager_set_hash_fn(BlockManager *bm, BlockHashFn fn);
+
+/* True if the free blocks suffice for all of seq's current tokens (prefix hits counted as needing
+ * no new block only when the hit block is in use by another sequence). */
+int block_manager_can_allocate(const BlockManager *bm, const Sequence *seq);
+/* Builds seq's block table for all its tokens, reusing prefix-cache hits (ref count + 1). Sets
+ * seq->num_hit_tokens (= hit blocks * block_size) and seq->num_cached_tokens =
+ * min(num_hit_tokens, num_tokens - 1) (the last token is always computed to get logits).
+ * Requires can_allocate. */
+void block_manager_allocate(BlockManager *bm, Sequence *seq);
+/* Releases seq's blocks (ref count - 1; a block returns to the free list at 0, keeping its hash);
+ * clears the table and sets num_cached_tokens = num_hit_tokens = 0. */
+void block_manager_deallocate(BlockManager *bm, Sequence *seq);
+/* True if seq (whose last token is about to be computed) can get the block that token needs. */
+int block_manager_can_append(const BlockManager *bm, const Sequence *seq);
+/* Makes the block table cover seq->num_tokens tokens (allocates a block at a boundary). */
+void block_manager_append(BlockManager *bm, Sequence *seq);
+/* Called after a step computed seq's K/V up to seq->num_cached_tokens: registers the hash of
+ * every block that is now full and computed and not yet registered (prefix caching on). */
+void block_manager_commit(BlockManager *bm, Sequence *seq);
+
+int block_manager_num_free(const BlockManager *bm);
+int block_manager_num_blocks(const BlockManager *bm);
+int block_manager_ref_count(const BlockManager *bm, int block_id);   /* for tests */
+int block_manager_block_hash(const BlockManager *bm, int block_id, uint64_t *hash); /* 1 if set */
+int64_t block_manager_queries(const BlockManager *bm); /* full blocks looked up */
+int64_t block_manager_hits(const BlockManager *bm);
+
+#endif

@@ -1,0 +1,16 @@
+/* sampler.h: one token from one row of logits. Order (as vLLM): temperature, then top-k, top-p,
+ * min-p filters over the softmax, renormalize, draw with the sequence's own generator (so a seeded
+ * request gives the same tokens whatever else is in the batch). temperature 0 = greedy argmax
+ * (lowest id on ties), which draws nothing. */
+#ifndef CVLLM_ENGINE_SAMPLER_H
+#define CVLLM_ENGINE_SAMPLER_H
+
+#include "engine/sequence.h"
+
+/* logits [vocab] may be overwritten. scratch: [vocab] floats + [vocab] ints, or NULL (allocates). */
+int32_t sampler_sample(float *logits, int vocab, const SamplingParams *p, Sequence *seq,
+                       void *scratch);
+/* Bytes sampler_sample needs as scratch for a vocabulary. */
+size_t sampler_scratch_bytes(int vocab);
+
+#endif

@@ -1,0 +1,55 @@
+/* scheduler.h: which sequences run in the next step (nano-vllm's Scheduler, plus chunked prefill).
+ *
+ * Policy, once per step:
+ *  1. Prefill first. Running sequences whose prefill is unfinished (a chunked long prompt, or a
+ *     resumed preempted one) continue first, then waiting ones are admitted in FIFO order while
+ *     running < max_num_seqs, the token budget (max_num_batched_tokens) lasts and
+ *     block_manager_can_allocate says yes. A prompt longer than the budget left is chunked: it gets
+ *     what is left, and continues next step. If any prefill work was scheduled, that is the step.
+ *  2. Otherwise decode: every running sequence gets one token. If the block manager cannot give a
+ *     sequence the block it needs, the newest running sequence is preempted (blocks freed, status
+ *     back to waiting at the head of the queue, recomputed later; possibly the sequence itself).
+ *
+ * postprocess() appends the sampled tokens, checks stops (EOS unless ignore_eos, stop token ids,
+ * max_tokens, max_model_len), commits computed blocks to the prefix cache, and finishes sequences
+ * (status SEQ_FINISHED, blocks released, removed from running). */
+#ifndef CVLLM_ENGINE_SCHEDULER_H
+#define CVLLM_ENGINE_SCHEDULER_H
+
+#include "engine/block_manager.h"
+#include "engine/sequence.h"
+
+typedef struct {
+    int max_num_seqs;
+    int max_num_batched_tokens;
+    int max_model_len;
+    const int *eos_token_ids;
+    int num_eos_token_ids;
+} SchedulerConfig;
+
+typedef struct Scheduler Scheduler;
+
+Scheduler *scheduler_create(const SchedulerConfig *cfg, BlockManager *bm); /* bm borrowed */
+void scheduler_destroy(Scheduler *s); /* accepts NULL; does not free sequences */
+
+/* Queues seq (status SEQ_WAITING) at the tail of the waiting queue. The scheduler borrows it. */
+void scheduler_add(Scheduler *s, Sequence *seq);
+/* Removes a waiting or running sequence (abort): releases its blocks, status SEQ_FINISHED. */
+void scheduler_remove(Scheduler *s, Sequence *seq);
+int scheduler_is_finished(const Scheduler *s);
+int scheduler_num_running(const Scheduler *s);
+int scheduler_num_waiting(const Scheduler *s);
+int64_t scheduler_num_preemptions(const Scheduler *s);
+
+/* Chooses the next step. Fills *batch (owned by the scheduler, valid until the next call) with n
+ * sequences, each with num_scheduled_tokens set and its block table covering the tokens it will
+ * write. Returns 0 with n = 0 if there is nothing to run. Returns CVLLM_ENOMEM if a waiting
+ * sequence can never fit (its blocks exceed the whole cache): that sequence is finished with
+ * CVLLM_FINISH_ABORT and *refused set to it so that the engine can report it. */
+int scheduler_schedule(Scheduler *s, Sequence ***batch, int *n, int *is_prefill, Sequence **refused);
+
+/* tokens[i] is the token sampled for batch[i], or -1 when batch[i] computed a prefill chunk that
+ * did not reach its last token. Advances num_cached_tokens by num_scheduled_tokens for each. */
+void scheduler_postprocess(Scheduler *s, Sequence **batch, int n, const int32_t *tokens);
+
+#endif
