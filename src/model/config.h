@@ -4,6 +4,7 @@
 #ifndef CVLLM_MODEL_CONFIG_H
 #define CVLLM_MODEL_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum { ARCH_QWEN3 = 0, ARCH_QWEN2, ARCH_LLAMA } ModelArch;
@@ -31,6 +32,7 @@ typedef struct {
     int max_position_embeddings;
     int tie_word_embeddings;
     int attention_bias;         /* q/k/v projections carry a bias (Qwen2: always) */
+    int o_proj_bias;            /* o_proj carries a bias (Llama/Qwen3 with attention_bias; never Qwen2) */
     int qk_norm;                /* per-head RMSNorm on q and k (Qwen3) */
     int mlp_bias;               /* must be 0 (refused otherwise) */
     DType torch_dtype;          /* the dtype named by config.json (informative) */
@@ -45,7 +47,7 @@ int config_load(const char *model_dir, ModelConfig *cfg);
 /* Parses config.json text (for tests and fuzzing); generation config optional (NULL). */
 int config_parse(const char *config_json, const char *generation_json, ModelConfig *cfg);
 
-const char *dtype_name(DType t);
-size_t dtype_size(DType t);
+const char *dtype_name(DType t); /* "f32", "f16", "bf16" */
+size_t dtype_size(DType t);      /* bytes per element */
 
 #endif

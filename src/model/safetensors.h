@@ -35,7 +35,16 @@ const StTensor *safetensors_find(const SafeTensors *st, const char *name); /* NU
 int safetensors_count(const SafeTensors *st);
 const StTensor *safetensors_at(const SafeTensors *st, int i);
 
-/* Writes tensors to one .safetensors file (used by mkmodel and tests). metadata may be NULL. */
+/* Writes tensors to one .safetensors file (used by mkmodel and tests). The header carries
+ * __metadata__ {"format": "pt"} (transformers expects it) and is space-padded to 8 bytes. */
 int safetensors_write(const char *path, const StTensor *tensors, int n);
+
+/* Streaming writer for files too large to hold in memory: begin writes the header from specs
+ * (name, dtype, ndim, shape; data ignored), then append each tensor's bytes in the same order,
+ * then finish (closes; an error if fewer bytes than declared were appended). */
+typedef struct StWriter StWriter;
+int safetensors_writer_begin(const char *path, const StTensor *specs, int n, StWriter **out);
+int safetensors_writer_append(StWriter *w, const void *data, size_t nbytes);
+int safetensors_writer_finish(StWriter *w);
 
 #endif

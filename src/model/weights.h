@@ -21,6 +21,7 @@ typedef struct {
     Tensor q_bias, k_bias, v_bias;   /* [heads*head_dim], [kv_heads*head_dim] (attention_bias) */
     Tensor q_norm, k_norm;           /* [head_dim] (qk_norm) */
     Tensor o_proj;                   /* [hidden, heads*head_dim] */
+    Tensor o_bias;                   /* [hidden] (cfg->o_proj_bias: Llama/Qwen3 attention_bias) */
     Tensor post_attention_layernorm; /* [hidden] */
     Tensor gate_proj, up_proj;       /* [intermediate, hidden] */
     Tensor down_proj;                /* [hidden, intermediate] */
