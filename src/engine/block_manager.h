@@ -46,6 +46,7 @@ void block_manager_commit(BlockManager *bm, Sequence *seq);
 
 int block_manager_num_free(const BlockManager *bm);
 int block_manager_num_blocks(const BlockManager *bm);
+int block_manager_block_size(const BlockManager *bm);
 int block_manager_ref_count(const BlockManager *bm, int block_id);   /* for tests */
 int block_manager_block_hash(const BlockManager *bm, int block_id, uint64_t *hash); /* 1 if set */
 int64_t block_manager_queries(const BlockManager *bm); /* full blocks looked up */

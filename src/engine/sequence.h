@@ -39,6 +39,9 @@ typedef struct Sequence {
     int num_scheduled_tokens; /* new tokens to compute in the current step (set by the scheduler) */
     int32_t *block_table;     /* [num_blocks] physical block ids, owned */
     int num_blocks, cap_blocks;
+    int num_hashed_blocks;    /* leading blocks of block_table whose hash is registered in the
+                                 prefix cache (hits, then commits); block manager bookkeeping */
+    int num_preemptions;      /* times this sequence was preempted (0 at its first admission) */
     SamplingParams params;
     uint64_t rng[4];          /* per-request generator state (xoshiro256**) */
     CvllmFinishReason finish_reason;
