@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "common.h"
 #include "engine/block_manager.h"
+#include "engine/engine_internal.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -40,6 +41,8 @@ struct CvllmEngine {
     uint64_t rng;           /* seeds unseeded requests */
     int64_t prompt_tokens_computed, generated_tokens;
     int peak_blocks_used;
+    EngineLogitsFn logits_fn;
+    void *logits_ctx;
 };
 
 void cvllm_engine_options_default(CvllmEngineOptions *o) {
@@ -374,3 +377,14 @@ void cvllm_engine_get_stats(const CvllmEngine *e, CvllmStats *s) {
 int cvllm_engine_vocab_size(const CvllmEngine *e) { return e->cfg.vocab_size; }
 int cvllm_engine_max_model_len(const CvllmEngine *e) { return e->max_model_len; }
 const char *cvllm_engine_device_name(const CvllmEngine *e) { return e->backend->name; }
+
+static void forward_logits_hook(void *ctx, const Sequence *seq, const float *logits, int vocab) {
+    CvllmEngine *e = ctx;
+    e->logits_fn(e->logits_ctx, seq->id, logits, vocab);
+}
+
+void engine_set_logits_hook(CvllmEngine *e, EngineLogitsFn fn, void *ctx) {
+    e->logits_fn = fn;
+    e->logits_ctx = ctx;
+    model_runner_set_logits_hook(e->runner, fn ? forward_logits_hook : NULL, e);
+}

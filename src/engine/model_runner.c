@@ -17,6 +17,8 @@ struct ModelRunner {
     float *logits;          /* [max_num_seqs, vocab] */
     void *sampler_scratch;
     StepInputs in;
+    LogitsHook hook;
+    void *hook_ctx;
 };
 
 ModelRunner *model_runner_create(Backend *backend, int vocab_size, int block_size,
@@ -133,11 +135,18 @@ int model_runner_run(ModelRunner *r, Sequence **seqs, int n, int is_prefill, int
     if (rc < 0) return rc;
     for (int i = 0; i < n; i++) {
         int row = r->logits_row_of_seq[i];
+        if (row >= 0 && r->hook)
+            r->hook(r->hook_ctx, seqs[i], r->logits + (size_t)row * r->vocab_size, r->vocab_size);
         tokens[i] = row < 0 ? -1
                             : sampler_sample(r->logits + (size_t)row * r->vocab_size, r->vocab_size,
                                              &seqs[i]->params, seqs[i], r->sampler_scratch);
     }
     return 0;
+}
+
+void model_runner_set_logits_hook(ModelRunner *r, LogitsHook fn, void *ctx) {
+    r->hook = fn;
+    r->hook_ctx = ctx;
 }
 
 const float *model_runner_last_logits(const ModelRunner *r, int i) {

@@ -25,6 +25,10 @@ const StepInputs *model_runner_prepare_decode(ModelRunner *r, Sequence **seqs, i
  * a prefill chunk that does not reach its last token. Returns 0 or the backend's error code. */
 int model_runner_run(ModelRunner *r, Sequence **seqs, int n, int is_prefill, int32_t *tokens);
 
+/* Called for each sequence with logits, before sampling (tests, logprobs). */
+typedef void (*LogitsHook)(void *ctx, const Sequence *seq, const float *logits, int vocab);
+void model_runner_set_logits_hook(ModelRunner *r, LogitsHook fn, void *ctx);
+
 /* The logits of the last run for seqs[i] (NULL if it had none), [vocab]: for tests. Note the
  * sampler may have modified them (temperature > 0). */
 const float *model_runner_last_logits(const ModelRunner *r, int i);
