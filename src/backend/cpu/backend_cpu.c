@@ -1,0 +1,390 @@
+/* backend_cpu.c: the CPU backend: the model's layer graph over one step, in f32, on weights kept
+ * in their stored dtype. This is the reference other backends are checked against, so the graph
+ * reads top to bottom like the transformers modeling code it mirrors (Qwen3 / Qwen2 / Llama):
+ *
+ *   x = embed[ids]
+ *   per layer:  h = rmsnorm(x) * w_in
+ *               q, k, v = h @ Wq^T (+bq), h @ Wk^T (+bk), h @ Wv^T (+bv)
+ *               Qwen3: q, k = rmsnorm_per_head(q) * q_norm, rmsnorm_per_head(k) * k_norm
+ *               q, k = rope(q, positions), rope(k, positions)
+ *               cache[slot_mapping[t]] = k[t], v[t]   (slot -1: already cached, not written)
+ *               a = causal attention of q over the cache through each sequence's block table
+ *               x += a @ Wo^T
+ *               h = rmsnorm(x) * w_post
+ *               x += (silu(h @ Wg^T) * (h @ Wu^T)) @ Wd^T
+ *   logits = (rmsnorm(x[logits_indices]) * w_norm) @ lm_head^T
+ *
+ * Memory: the activation workspace is one allocation sized at create from BackendOptions; the
+ * KV cache is one allocation in init_kv_cache; the small per-layer vectors (norm weights, biases)
+ * are widened to f32 once at create (kilobytes); the matrices are never copied. */
+#include "backend/cpu/backend_cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/threadpool.h"
+#include "common.h"
+
+typedef struct {
+    float *in_norm, *post_norm; /* [hidden] */
+    float *q_norm, *k_norm;     /* [head_dim] or NULL */
+    float *bq, *bk, *bv;        /* [heads*head_dim], [kv*head_dim] x2, or NULL */
+} LayerParams;
+
+typedef struct {
+    ModelConfig cfg;
+    const ModelWeights *w; /* borrowed */
+    BackendOptions opt;
+    ThreadPool *pool;      /* owned */
+    int hidden, heads, kv_heads, head_dim, q_dim, kv_dim, inter, vocab, layers;
+
+    float *params;         /* owned: every LayerParams vector, final_norm and inv_freq */
+    LayerParams *lp;       /* owned: [layers] */
+    float *final_norm;     /* [hidden] */
+    float *inv_freq;       /* [head_dim/2] */
+
+    float *ws;             /* owned: the activation workspace, carved below */
+    float *x, *h, *tmp;    /* [T, hidden] residual stream, normed input, matmul output */
+    float *q, *k, *v, *att;/* [T, q_dim], [T, kv_dim] x2, [T, q_dim] */
+    float *g, *u;          /* [T, inter] */
+    float *cos_t, *sin_t;  /* [T, head_dim/2] */
+    float *scores;         /* [nth, max_model_len] attention scratch */
+    int32_t *token_seq;    /* [T] */
+
+    float *kv;             /* owned: [2, layers, num_blocks, block_size, kv_heads, head_dim] */
+    size_t kv_floats;
+    int num_blocks, block_size;
+} CpuBackend;
+
+/* ---------------------------------------------------------------- create / destroy */
+
+static float *widen(float **cursor, const Tensor *t, int64_t n) {
+    if (!t->data) return NULL;
+    CHECK(t->rows * t->cols == n, "vector of %lld elements, expected %lld",
+          (long long)(t->rows * t->cols), (long long)n);
+    float *p = *cursor;
+    cpu_to_f32(p, t->data, t->dtype, 0, n);
+    *cursor += n;
+    return p;
+}
+
+static int check_matrix(const char *name, int layer, const Tensor *t, int64_t rows, int64_t cols) {
+    if (!t->data || t->rows != rows || t->cols != cols)
+        return cvllm_errorf(CVLLM_EINVAL,
+                            "cpu backend: layer %d %s is [%lld, %lld]%s, expected [%lld, %lld]",
+                            layer, name, (long long)t->rows, (long long)t->cols,
+                            t->data ? "" : " (missing)", (long long)rows, (long long)cols);
+    return 0;
+}
+
+static int cpu_forward(Backend *b, const StepInputs *in, float *logits);
+static int64_t cpu_available_kv_bytes(Backend *b);
+static int cpu_init_kv_cache(Backend *b, const KVCacheSpec *spec);
+static void cpu_destroy(Backend *b);
+
+int backend_cpu_create(const ModelConfig *cfg, const ModelWeights *w, const BackendOptions *o,
+                       Backend **out) {
+    *out = NULL;
+    if (o->max_num_tokens <= 0 || o->max_num_seqs <= 0 || o->max_model_len <= 0)
+        return cvllm_errorf(CVLLM_EINVAL,
+                            "cpu backend: max_num_tokens %d, max_num_seqs %d, max_model_len %d "
+                            "must all be positive",
+                            o->max_num_tokens, o->max_num_seqs, o->max_model_len);
+    if (cfg->num_attention_heads <= 0 || cfg->num_key_value_heads <= 0 ||
+        cfg->num_attention_heads % cfg->num_key_value_heads || cfg->head_dim <= 0 ||
+        cfg->head_dim % 2)
+        return cvllm_errorf(CVLLM_EUNSUPPORTED,
+                            "cpu backend: %d heads, %d kv heads, head_dim %d (need heads a "
+                            "multiple of kv heads and an even head_dim)",
+                            cfg->num_attention_heads, cfg->num_key_value_heads, cfg->head_dim);
+    const int H = cfg->hidden_size, hd = cfg->head_dim, qd = cfg->num_attention_heads * hd,
+              kvd = cfg->num_key_value_heads * hd, I = cfg->intermediate_size,
+              L = cfg->num_hidden_layers;
+    int rc = 0;
+    if (w->embed_tokens.rows != cfg->vocab_size || w->embed_tokens.cols != H ||
+        w->lm_head.rows != cfg->vocab_size || w->lm_head.cols != H || !w->norm.data)
+        return cvllm_errorf(CVLLM_EINVAL, "cpu backend: embed/lm_head/norm do not match the config");
+    for (int l = 0; l < L && !rc; l++) {
+        const LayerWeights *lw = &w->layers[l];
+        if ((rc = check_matrix("q_proj", l, &lw->q_proj, qd, H)) ||
+            (rc = check_matrix("k_proj", l, &lw->k_proj, kvd, H)) ||
+            (rc = check_matrix("v_proj", l, &lw->v_proj, kvd, H)) ||
+            (rc = check_matrix("o_proj", l, &lw->o_proj, H, qd)) ||
+            (rc = check_matrix("gate_proj", l, &lw->gate_proj, I, H)) ||
+            (rc = check_matrix("up_proj", l, &lw->up_proj, I, H)) ||
+            (rc = check_matrix("down_proj", l, &lw->down_proj, H, I)))
+            return rc;
+        if (cfg->qk_norm && (!lw->q_norm.data || !lw->k_norm.data))
+            return cvllm_errorf(CVLLM_EINVAL, "cpu backend: layer %d lacks q_norm/k_norm", l);
+    }
+
+    CpuBackend *c = xcalloc(1, sizeof *c);
+    c->cfg = *cfg;
+    c->w = w;
+    c->opt = *o;
+    c->pool = threadpool_create(o->num_threads);
+    c->hidden = H;
+    c->heads = cfg->num_attention_heads;
+    c->kv_heads = cfg->num_key_value_heads;
+    c->head_dim = hd;
+    c->q_dim = qd;
+    c->kv_dim = kvd;
+    c->inter = I;
+    c->vocab = cfg->vocab_size;
+    c->layers = L;
+
+    /* small f32 vectors */
+    size_t np = (size_t)L * (2 * H + 2 * hd + qd + 2 * kvd) + H + hd / 2;
+    c->params = xmalloc(np * sizeof(float));
+    c->lp = xcalloc((size_t)L, sizeof(LayerParams));
+    float *cur = c->params;
+    for (int l = 0; l < L; l++) {
+        const LayerWeights *lw = &w->layers[l];
+        LayerParams *p = &c->lp[l];
+        p->in_norm = widen(&cur, &lw->input_layernorm, H);
+        p->post_norm = widen(&cur, &lw->post_attention_layernorm, H);
+        CHECK(p->in_norm && p->post_norm, "layer %d lacks its layer norms", l);
+        if (cfg->qk_norm) {
+            p->q_norm = widen(&cur, &lw->q_norm, hd);
+            p->k_norm = widen(&cur, &lw->k_norm, hd);
+        }
+        p->bq = widen(&cur, &lw->q_bias, qd);
+        p->bk = widen(&cur, &lw->k_bias, kvd);
+        p->bv = widen(&cur, &lw->v_bias, kvd);
+    }
+    c->final_norm = widen(&cur, &w->norm, H);
+    c->inv_freq = cur;
+    cur += hd / 2;
+    CHECK(cur <= c->params + np, "params overflow");
+    rope_inv_freq_cpu(cfg, hd, c->inv_freq);
+
+    /* activation workspace */
+    const size_t T = (size_t)o->max_num_tokens, nth = (size_t)threadpool_size(c->pool);
+    size_t nws = T * (3 * (size_t)H + 2 * (size_t)qd + 2 * (size_t)kvd + 2 * (size_t)I + (size_t)hd) +
+                 nth * (size_t)o->max_model_len + T;
+    c->ws = xmalloc(nws * sizeof(float));
+    cur = c->ws;
+#define CARVE(ptr, n) (ptr = cur, cur += (n))
+    CARVE(c->x, T * H);
+    CARVE(c->h, T * H);
+    CARVE(c->tmp, T * H);
+    CARVE(c->q, T * qd);
+    CARVE(c->att, T * qd);
+    CARVE(c->k, T * kvd);
+    CARVE(c->v, T * kvd);
+    CARVE(c->g, T * I);
+    CARVE(c->u, T * I);
+    CARVE(c->cos_t, T * (hd / 2));
+    CARVE(c->sin_t, T * (hd / 2));
+    CARVE(c->scores, nth * (size_t)o->max_model_len);
+#undef CARVE
+    c->token_seq = (int32_t *)cur;
+    cur += T;
+    CHECK(cur == c->ws + nws, "workspace carve mismatch");
+
+    Backend *b = xcalloc(1, sizeof *b);
+    b->name = "cpu";
+    b->ctx = c;
+    b->forward = cpu_forward;
+    b->available_kv_bytes = cpu_available_kv_bytes;
+    b->init_kv_cache = cpu_init_kv_cache;
+    b->destroy = cpu_destroy;
+    *out = b;
+    return 0;
+}
+
+static void cpu_destroy(Backend *b) {
+    if (!b) return;
+    CpuBackend *c = b->ctx;
+    if (c) {
+        threadpool_destroy(c->pool);
+        free(c->params);
+        free(c->lp);
+        free(c->ws);
+        free(c->kv);
+        free(c);
+    }
+    free(b);
+}
+
+float *backend_cpu_kv_cache(Backend *b, size_t *num_floats) {
+    CpuBackend *c = b->ctx;
+    if (num_floats) *num_floats = c->kv_floats;
+    return c->kv;
+}
+
+int backend_cpu_num_threads(Backend *b) { return threadpool_size(((CpuBackend *)b->ctx)->pool); }
+
+/* ---------------------------------------------------------------- KV cache */
+
+static int64_t cpu_available_kv_bytes(Backend *b) {
+    /* Half of MemAvailable: the engine normally passes an explicit budget instead. */
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb * 1024 / 2;
+}
+
+static int cpu_init_kv_cache(Backend *b, const KVCacheSpec *spec) {
+    CpuBackend *c = b->ctx;
+    if (c->kv) return cvllm_errorf(CVLLM_EINVAL, "cpu backend: KV cache already allocated");
+    if (spec->dtype != DTYPE_F32)
+        return cvllm_errorf(CVLLM_EUNSUPPORTED, "cpu backend: KV cache dtype must be f32");
+    if (spec->num_blocks <= 0 || spec->block_size <= 0)
+        return cvllm_errorf(CVLLM_EINVAL, "cpu backend: KV cache of %d blocks of %d tokens",
+                            spec->num_blocks, spec->block_size);
+    size_t n = 2 * (size_t)c->layers * (size_t)spec->num_blocks * (size_t)spec->block_size *
+               (size_t)c->kv_dim;
+    c->kv = calloc(n, sizeof(float));
+    if (!c->kv)
+        return cvllm_errorf(CVLLM_ENOMEM, "cpu backend: cannot allocate a KV cache of %zu bytes",
+                            n * sizeof(float));
+    c->kv_floats = n;
+    c->num_blocks = spec->num_blocks;
+    c->block_size = spec->block_size;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* The inputs come from the model runner, but token ids reach it from requests: everything is
+ * checked, and a bad step is refused with a message instead of reading out of bounds. */
+static int validate(const CpuBackend *c, const StepInputs *in) {
+    const int T = in->num_tokens, S = in->num_seqs;
+    if (!c->kv) return cvllm_errorf(CVLLM_EINVAL, "cpu backend: forward before init_kv_cache");
+    if (T < 1 || T > c->opt.max_num_tokens)
+        return cvllm_errorf(CVLLM_EINVAL, "step of %d tokens (backend sized for 1..%d)", T,
+                            c->opt.max_num_tokens);
+    if (S < 1 || S > c->opt.max_num_seqs || S > T)
+        return cvllm_errorf(CVLLM_EINVAL, "step of %d sequences (max %d, tokens %d)", S,
+                            c->opt.max_num_seqs, T);
+    if (in->num_logits < 0 || in->num_logits > T)
+        return cvllm_errorf(CVLLM_EINVAL, "%d logits rows for %d tokens", in->num_logits, T);
+    if (in->cu_seqlens_q[0] != 0 || in->cu_seqlens_q[S] != T)
+        return cvllm_errorf(CVLLM_EINVAL, "cu_seqlens_q spans %d..%d, expected 0..%d",
+                            in->cu_seqlens_q[0], in->cu_seqlens_q[S], T);
+    const int64_t slots = (int64_t)c->num_blocks * c->block_size;
+    for (int s = 0; s < S; s++) {
+        const int q0 = in->cu_seqlens_q[s], q1 = in->cu_seqlens_q[s + 1];
+        const int ctx = in->context_lens[s];
+        if (q1 < q0) return cvllm_errorf(CVLLM_EINVAL, "cu_seqlens_q decreases at seq %d", s);
+        if (ctx < 1 || ctx > c->opt.max_model_len)
+            return cvllm_errorf(CVLLM_EINVAL, "seq %d: context of %d tokens (max_model_len %d)", s,
+                                ctx, c->opt.max_model_len);
+        const int nblk = (ctx + c->block_size - 1) / c->block_size;
+        if (nblk > in->max_blocks_per_seq)
+            return cvllm_errorf(CVLLM_EINVAL, "seq %d: %d tokens need %d blocks, table has %d", s,
+                                ctx, nblk, in->max_blocks_per_seq);
+        const int32_t *tab = in->block_tables + (int64_t)s * in->max_blocks_per_seq;
+        for (int i = 0; i < nblk; i++)
+            if (tab[i] < 0 || tab[i] >= c->num_blocks)
+                return cvllm_errorf(CVLLM_EINVAL, "seq %d: block table entry %d is %d (of %d)", s,
+                                    i, tab[i], c->num_blocks);
+        for (int t = q0; t < q1; t++) {
+            if (in->input_ids[t] < 0 || in->input_ids[t] >= c->vocab)
+                return cvllm_errorf(CVLLM_EINVAL, "token %d: id %d outside the vocabulary (%d)", t,
+                                    in->input_ids[t], c->vocab);
+            if (in->positions[t] < 0 || in->positions[t] >= ctx)
+                return cvllm_errorf(CVLLM_EINVAL, "token %d: position %d outside its context %d",
+                                    t, in->positions[t], ctx);
+            if (in->slot_mapping[t] < -1 || in->slot_mapping[t] >= slots)
+                return cvllm_errorf(CVLLM_EINVAL, "token %d: slot %lld outside the cache (%lld)", t,
+                                    (long long)in->slot_mapping[t], (long long)slots);
+        }
+    }
+    for (int i = 0; i < in->num_logits; i++)
+        if (in->logits_indices[i] < 0 || in->logits_indices[i] >= T)
+            return cvllm_errorf(CVLLM_EINVAL, "logits row %d is token %d of %d", i,
+                                in->logits_indices[i], T);
+    return 0;
+}
+
+static void add_inplace(float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+static void layer_forward(CpuBackend *c, int l, const StepInputs *in) {
+    const LayerWeights *lw = &c->w->layers[l];
+    const LayerParams *p = &c->lp[l];
+    const int T = in->num_tokens, H = c->hidden, hd = c->head_dim, half = hd / 2;
+    const float eps = c->cfg.rms_norm_eps;
+
+    /* attention block */
+    for (int t = 0; t < T; t++)
+        rmsnorm_cpu(c->h + (int64_t)t * H, c->x + (int64_t)t * H, p->in_norm, H, eps);
+    MatmulPart qkv[3] = {{&lw->q_proj, p->bq, c->q, c->q_dim},
+                         {&lw->k_proj, p->bk, c->k, c->kv_dim},
+                         {&lw->v_proj, p->bv, c->v, c->kv_dim}};
+    matmul_cpu(c->pool, c->h, H, T, qkv, 3);
+    for (int t = 0; t < T; t++) {
+        float *q = c->q + (int64_t)t * c->q_dim, *k = c->k + (int64_t)t * c->kv_dim;
+        if (p->q_norm) {
+            for (int h = 0; h < c->heads; h++) rmsnorm_cpu(q + h * hd, q + h * hd, p->q_norm, hd, eps);
+            for (int h = 0; h < c->kv_heads; h++)
+                rmsnorm_cpu(k + h * hd, k + h * hd, p->k_norm, hd, eps);
+        }
+        const float *cs = c->cos_t + (int64_t)t * half, *sn = c->sin_t + (int64_t)t * half;
+        rope_apply_cpu(q, c->heads, hd, cs, sn);
+        rope_apply_cpu(k, c->kv_heads, hd, cs, sn);
+    }
+    /* store_kvcache: this layer's K at kv[0][l], V at kv[1][l], each [slots, kv_dim] */
+    const int64_t layer_floats = (int64_t)c->num_blocks * c->block_size * c->kv_dim;
+    float *kc = c->kv + (int64_t)l * layer_floats;
+    float *vc = c->kv + ((int64_t)c->layers + l) * layer_floats;
+    for (int t = 0; t < T; t++) {
+        int64_t slot = in->slot_mapping[t];
+        if (slot < 0) continue;
+        memcpy(kc + slot * c->kv_dim, c->k + (int64_t)t * c->kv_dim, c->kv_dim * sizeof(float));
+        memcpy(vc + slot * c->kv_dim, c->v + (int64_t)t * c->kv_dim, c->kv_dim * sizeof(float));
+    }
+    AttentionArgs aa = {.q = c->q, .out = c->att, .k_cache = kc, .v_cache = vc, .num_tokens = T,
+                        .n_heads = c->heads, .n_kv_heads = c->kv_heads, .head_dim = hd,
+                        .block_size = c->block_size, .scale = 1.0f / sqrtf((float)hd),
+                        .positions = in->positions, .token_seq = c->token_seq,
+                        .block_tables = in->block_tables,
+                        .max_blocks_per_seq = in->max_blocks_per_seq, .scratch = c->scores,
+                        .scratch_stride = c->opt.max_model_len};
+    attention_cpu(c->pool, &aa);
+    MatmulPart o = {&lw->o_proj, NULL, c->tmp, H};
+    matmul_cpu(c->pool, c->att, c->q_dim, T, &o, 1);
+    add_inplace(c->x, c->tmp, (int64_t)T * H);
+
+    /* MLP block */
+    for (int t = 0; t < T; t++)
+        rmsnorm_cpu(c->h + (int64_t)t * H, c->x + (int64_t)t * H, p->post_norm, H, eps);
+    gate_up_silu_cpu(c->pool, c->h, T, &lw->gate_proj, &lw->up_proj, c->g, c->u);
+    MatmulPart down = {&lw->down_proj, NULL, c->tmp, H};
+    matmul_cpu(c->pool, c->g, c->inter, T, &down, 1);
+    add_inplace(c->x, c->tmp, (int64_t)T * H);
+}
+
+static int cpu_forward(Backend *b, const StepInputs *in, float *logits) {
+    CpuBackend *c = b->ctx;
+    int rc = validate(c, in);
+    if (rc) return rc;
+    const int T = in->num_tokens, H = c->hidden, half = c->head_dim / 2;
+    const ModelWeights *w = c->w;
+
+    for (int s = 0; s < in->num_seqs; s++)
+        for (int t = in->cu_seqlens_q[s]; t < in->cu_seqlens_q[s + 1]; t++) c->token_seq[t] = s;
+    for (int t = 0; t < T; t++) {
+        cpu_to_f32(c->x + (int64_t)t * H, w->embed_tokens.data, w->embed_tokens.dtype,
+                   (int64_t)in->input_ids[t] * H, H);
+        rope_cos_sin_cpu(in->positions[t], c->inv_freq, half, c->cos_t + (int64_t)t * half,
+                         c->sin_t + (int64_t)t * half);
+    }
+    for (int l = 0; l < c->layers; l++) layer_forward(c, l, in);
+
+    if (in->num_logits == 0) return 0;
+    for (int i = 0; i < in->num_logits; i++)
+        rmsnorm_cpu(c->h + (int64_t)i * H, c->x + (int64_t)in->logits_indices[i] * H, c->final_norm,
+                    H, c->cfg.rms_norm_eps);
+    MatmulPart head = {&w->lm_head, NULL, logits, c->vocab};
+    matmul_cpu(c->pool, c->h, H, in->num_logits, &head, 1);
+    return 0;
+}

@@ -1,0 +1,15 @@
+/* backend_cpu.h: what the CPU backend exposes beyond backend.h, for tests and benchmarks. */
+#ifndef CVLLM_BACKEND_CPU_H
+#define CVLLM_BACKEND_CPU_H
+
+#include <stddef.h>
+
+#include "backend/backend.h"
+
+/* The KV cache of a CPU backend (NULL before init_kv_cache):
+ * [2, num_layers, num_blocks, block_size, kv_heads, head_dim] f32, *num_floats elements. */
+float *backend_cpu_kv_cache(Backend *b, size_t *num_floats);
+/* Number of threads the backend computes with. */
+int backend_cpu_num_threads(Backend *b);
+
+#endif

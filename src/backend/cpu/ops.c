@@ -1,0 +1,341 @@
+/* ops.c: reference kernels of the CPU backend and the run-time choice of their fast variants.
+ * The scalar code here is the readable definition of each op; matmul_avx2.c / ops_avx2.c must
+ * agree with it (tests/test_cpu_ops.c). Threaded jobs hand out work in chunks through an atomic
+ * counter, so a core stolen by another process slows a step down instead of stalling it. */
+#include "backend/cpu/ops.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "common.h"
+
+/* ================================================================ instruction-set dispatch */
+
+static int g_isa = -1; /* -1 = not chosen yet */
+
+CpuIsa cpu_isa_best(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return CPU_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return CPU_ISA_AVX2;
+#endif
+    return CPU_ISA_SCALAR;
+}
+
+CpuIsa cpu_isa_set(CpuIsa isa) {
+    CpuIsa best = cpu_isa_best();
+    g_isa = isa > best ? best : isa;
+    return (CpuIsa)g_isa;
+}
+
+CpuIsa cpu_isa_get(void) {
+    if (g_isa < 0) {
+        const char *e = getenv("CVLLM_CPU_ISA");
+        CpuIsa want = cpu_isa_best();
+        if (e && !strcmp(e, "scalar")) want = CPU_ISA_SCALAR;
+        if (e && !strcmp(e, "avx2")) want = CPU_ISA_AVX2;
+        if (e && !strcmp(e, "avx512")) want = CPU_ISA_AVX512;
+        cpu_isa_set(want);
+    }
+    return (CpuIsa)g_isa;
+}
+
+const char *cpu_isa_name(CpuIsa isa) {
+    switch (isa) {
+    case CPU_ISA_AVX2: return "avx2";
+    case CPU_ISA_AVX512: return "avx512";
+    default: return "scalar";
+    }
+}
+
+/* ================================================================ element conversion */
+
+size_t cpu_dtype_size(DType t) { return t == DTYPE_F32 ? 4 : 2; }
+
+void cpu_to_f32(float *out, const void *src, DType dt, int64_t off, int64_t n) {
+    if (dt == DTYPE_F32) {
+        memcpy(out, (const float *)src + off, (size_t)n * sizeof(float));
+    } else if (dt == DTYPE_BF16) {
+        const uint16_t *s = (const uint16_t *)src + off;
+        for (int64_t i = 0; i < n; i++) out[i] = bf16_to_f32(s[i]);
+    } else {
+        const uint16_t *s = (const uint16_t *)src + off;
+        for (int64_t i = 0; i < n; i++) out[i] = f16_to_f32(s[i]);
+    }
+}
+
+/* ================================================================ matmul */
+
+void matmul_rows_scalar(const MatmulArgs *a, int64_t n0, int64_t n1) {
+    const int64_t K = a->K;
+    for (int t = 0; t < a->T; t++) {
+        const float *x = a->x + t * a->ldx;
+        for (int64_t n = n0; n < n1; n++) {
+            float acc = 0.0f;
+            if (a->wdt == DTYPE_BF16) {
+                const uint16_t *w = (const uint16_t *)a->w + n * K;
+                for (int64_t k = 0; k < K; k++) acc += x[k] * bf16_to_f32(w[k]);
+            } else if (a->wdt == DTYPE_F16) {
+                const uint16_t *w = (const uint16_t *)a->w + n * K;
+                for (int64_t k = 0; k < K; k++) acc += x[k] * f16_to_f32(w[k]);
+            } else {
+                const float *w = (const float *)a->w + n * K;
+                for (int64_t k = 0; k < K; k++) acc += x[k] * w[k];
+            }
+            a->y[t * a->ldy + n] = acc + (a->bias ? a->bias[n] : 0.0f);
+        }
+    }
+}
+
+void matmul_rows(CpuIsa isa, const MatmulArgs *a, int64_t n0, int64_t n1) {
+#if defined(__x86_64__)
+    if (isa == CPU_ISA_AVX512) {
+        matmul_rows_avx512(a, n0, n1);
+        return;
+    }
+    if (isa == CPU_ISA_AVX2) {
+        matmul_rows_avx2(a, n0, n1);
+        return;
+    }
+#endif
+    matmul_rows_scalar(a, n0, n1);
+}
+
+/* Rows per work chunk: a multiple of every kernel's row tile (24), about 8 chunks per thread so
+ * the atomic hand-out evens out, at most 512 rows. */
+static int64_t matmul_chunk_rows(int64_t N, int nth) {
+    int64_t c = N / ((int64_t)nth * 8);
+    c = (c + 23) / 24 * 24;
+    if (c < 24) c = 24;
+    if (c > 504) c = 504;
+    return c;
+}
+
+typedef struct {
+    CpuIsa isa;
+    const float *x;
+    int64_t ldx;
+    int T;
+    const MatmulPart *parts;
+    int num_parts;
+    int64_t chunk;
+    int64_t part_chunks[CPU_MATMUL_MAX_PARTS + 1]; /* prefix sums of chunks per part */
+    atomic_long next;
+} MatmulJob;
+
+static void matmul_job(void *ctx, int ith, int nth) {
+    MatmulJob *j = ctx;
+    const int64_t total = j->part_chunks[j->num_parts];
+    for (;;) {
+        int64_t c = atomic_fetch_add(&j->next, 1);
+        if (c >= total) break;
+        int p = 0;
+        while (c >= j->part_chunks[p + 1]) p++;
+        const MatmulPart *pt = &j->parts[p];
+        int64_t n0 = (c - j->part_chunks[p]) * j->chunk;
+        int64_t n1 = n0 + j->chunk < pt->w->rows ? n0 + j->chunk : pt->w->rows;
+        MatmulArgs a = {.x = j->x, .ldx = j->ldx, .T = j->T, .w = pt->w->data,
+                        .wdt = pt->w->dtype, .K = pt->w->cols, .bias = pt->bias,
+                        .y = pt->y, .ldy = pt->ldy};
+        matmul_rows(j->isa, &a, n0, n1);
+    }
+}
+
+void matmul_cpu(ThreadPool *pool, const float *x, int64_t ldx, int T, const MatmulPart *parts,
+                int num_parts) {
+    CHECK(num_parts >= 1 && num_parts <= CPU_MATMUL_MAX_PARTS, "num_parts %d", num_parts);
+    MatmulJob j = {.isa = cpu_isa_get(), .x = x, .ldx = ldx, .T = T, .parts = parts,
+                   .num_parts = num_parts};
+    int64_t maxN = 0;
+    for (int p = 0; p < num_parts; p++) {
+        CHECK(parts[p].w->cols == parts[0].w->cols, "part %d has K %lld, part 0 has %lld", p,
+              (long long)parts[p].w->cols, (long long)parts[0].w->cols);
+        if (parts[p].w->rows > maxN) maxN = parts[p].w->rows;
+    }
+    j.chunk = matmul_chunk_rows(maxN, threadpool_size(pool));
+    j.part_chunks[0] = 0;
+    for (int p = 0; p < num_parts; p++)
+        j.part_chunks[p + 1] = j.part_chunks[p] + (parts[p].w->rows + j.chunk - 1) / j.chunk;
+    atomic_init(&j.next, 0);
+    threadpool_run(pool, matmul_job, &j);
+}
+
+typedef struct {
+    CpuIsa isa;
+    const float *x;
+    int T;
+    const Tensor *wg, *wu;
+    float *g, *u;
+    int64_t chunk, num_chunks;
+    atomic_long next;
+} GateUpJob;
+
+static void gate_up_job(void *ctx, int ith, int nth) {
+    GateUpJob *j = ctx;
+    const int64_t I = j->wg->rows, K = j->wg->cols;
+    for (;;) {
+        int64_t c = atomic_fetch_add(&j->next, 1);
+        if (c >= j->num_chunks) break;
+        int64_t n0 = c * j->chunk, n1 = n0 + j->chunk < I ? n0 + j->chunk : I;
+        MatmulArgs a = {.x = j->x, .ldx = K, .T = j->T, .w = j->wg->data, .wdt = j->wg->dtype,
+                        .K = K, .y = j->g, .ldy = I};
+        matmul_rows(j->isa, &a, n0, n1);
+        a.w = j->wu->data;
+        a.wdt = j->wu->dtype;
+        a.y = j->u;
+        matmul_rows(j->isa, &a, n0, n1);
+        for (int t = 0; t < j->T; t++) silu_mul_cpu(j->g + t * I + n0, j->u + t * I + n0, n1 - n0);
+    }
+}
+
+void gate_up_silu_cpu(ThreadPool *pool, const float *x, int T, const Tensor *wg, const Tensor *wu,
+                      float *g, float *u) {
+    CHECK(wg->rows == wu->rows && wg->cols == wu->cols, "gate [%lld, %lld] vs up [%lld, %lld]",
+          (long long)wg->rows, (long long)wg->cols, (long long)wu->rows, (long long)wu->cols);
+    GateUpJob j = {.isa = cpu_isa_get(), .x = x, .T = T, .wg = wg, .wu = wu, .g = g, .u = u};
+    j.chunk = matmul_chunk_rows(wg->rows, threadpool_size(pool));
+    j.num_chunks = (wg->rows + j.chunk - 1) / j.chunk;
+    atomic_init(&j.next, 0);
+    threadpool_run(pool, gate_up_job, &j);
+}
+
+/* ================================================================ small ops */
+
+void rmsnorm_cpu(float *y, const float *x, const float *w, int n, float eps) {
+    float ss = 0.0f;
+    for (int i = 0; i < n; i++) ss += x[i] * x[i];
+    const float r = 1.0f / sqrtf(ss / (float)n + eps);
+    for (int i = 0; i < n; i++) y[i] = (x[i] * r) * w[i];
+}
+
+void silu_mul_cpu(float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+void rope_inv_freq_cpu(const ModelConfig *cfg, int head_dim, float *inv_freq) {
+    const int half = head_dim / 2;
+    const float theta = (float)cfg->rope_theta;
+    for (int i = 0; i < half; i++) {
+        /* transformers: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all in f32 */
+        float e = (float)(2 * i) / (float)head_dim;
+        inv_freq[i] = 1.0f / powf(theta, e);
+    }
+    if (cfg->rope_type == ROPE_LINEAR) {
+        for (int i = 0; i < half; i++) inv_freq[i] = inv_freq[i] / (float)cfg->rope_factor;
+    } else if (cfg->rope_type == ROPE_LLAMA3) {
+        /* transformers _compute_llama3_parameters: long wavelengths are divided by factor,
+         * short ones kept, the band between interpolated smoothly. */
+        const double factor = cfg->rope_factor, lo = cfg->rope_low_freq_factor,
+                     hi = cfg->rope_high_freq_factor, old = cfg->rope_original_max_position;
+        const double lo_wavelen = old / lo, hi_wavelen = old / hi;
+        for (int i = 0; i < half; i++) {
+            double f = inv_freq[i], wavelen = 2.0 * M_PI / f;
+            double r = wavelen > lo_wavelen ? f / factor : f;
+            if (!(wavelen < hi_wavelen) && !(wavelen > lo_wavelen)) {
+                double smooth = (old / wavelen - lo) / (hi - lo);
+                r = (1.0 - smooth) * r / factor + smooth * r;
+            }
+            inv_freq[i] = (float)r;
+        }
+    }
+}
+
+void rope_cos_sin_cpu(int pos, const float *inv_freq, int half, float *cos_out, float *sin_out) {
+    for (int i = 0; i < half; i++) {
+        float angle = (float)pos * inv_freq[i];
+        cos_out[i] = cosf(angle);
+        sin_out[i] = sinf(angle);
+    }
+}
+
+void rope_apply_cpu(float *x, int n_heads, int head_dim, const float *cos_t, const float *sin_t) {
+    const int half = head_dim / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (int64_t)h * head_dim;
+        for (int i = 0; i < half; i++) {
+            /* q * cos + rotate_half(q) * sin, rotate_half(q) = cat(-q[half:], q[:half]) */
+            float a = v[i], b = v[i + half];
+            v[i] = a * cos_t[i] - b * sin_t[i];
+            v[i + half] = b * cos_t[i] + a * sin_t[i];
+        }
+    }
+}
+
+/* ================================================================ paged attention */
+
+float dot_f32_scalar(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+void axpy_f32_scalar(float *y, float alpha, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += alpha * x[i];
+}
+
+typedef struct {
+    const AttentionArgs *a;
+    int use_avx2;
+    int64_t num_tasks; /* num_tokens * n_heads */
+    atomic_long next;
+} AttentionJob;
+
+static void attention_task(const AttentionArgs *a, int use_avx2, float *scores, int t, int h) {
+    const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads, kvh = h / group;
+    const int64_t kv_stride = (int64_t)a->n_kv_heads * hd;
+    const int s = a->token_seq[t], n = a->positions[t] + 1, bs = a->block_size;
+    const int32_t *table = a->block_tables + (int64_t)s * a->max_blocks_per_seq;
+    const float *q = a->q + ((int64_t)t * a->n_heads + h) * hd;
+    float *o = a->out + ((int64_t)t * a->n_heads + h) * hd;
+
+    float mx = -INFINITY;
+    for (int j = 0; j < n; j++) {
+        int64_t slot = (int64_t)table[j / bs] * bs + j % bs;
+        const float *k = a->k_cache + slot * kv_stride + (int64_t)kvh * hd;
+        float sc = (use_avx2 ? dot_f32_avx2(q, k, hd) : dot_f32_scalar(q, k, hd)) * a->scale;
+        scores[j] = sc;
+        if (sc > mx) mx = sc;
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < n; j++) {
+        scores[j] = expf(scores[j] - mx);
+        sum += scores[j];
+    }
+    memset(o, 0, (size_t)hd * sizeof(float));
+    for (int j = 0; j < n; j++) {
+        int64_t slot = (int64_t)table[j / bs] * bs + j % bs;
+        const float *v = a->v_cache + slot * kv_stride + (int64_t)kvh * hd;
+        if (use_avx2)
+            axpy_f32_avx2(o, scores[j], v, hd);
+        else
+            axpy_f32_scalar(o, scores[j], v, hd);
+    }
+    const float inv = 1.0f / sum;
+    for (int i = 0; i < hd; i++) o[i] *= inv;
+}
+
+static void attention_job(void *ctx, int ith, int nth) {
+    AttentionJob *j = ctx;
+    float *scores = j->a->scratch + (int64_t)ith * j->a->scratch_stride;
+    for (;;) {
+        int64_t task = atomic_fetch_add(&j->next, 1);
+        if (task >= j->num_tasks) break;
+        attention_task(j->a, j->use_avx2, scores, (int)(task / j->a->n_heads),
+                       (int)(task % j->a->n_heads));
+    }
+}
+
+void attention_cpu(ThreadPool *pool, const AttentionArgs *a) {
+    CHECK(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0, "heads %d, kv heads %d",
+          a->n_heads, a->n_kv_heads);
+    AttentionJob j = {.a = a, .use_avx2 = cpu_isa_get() >= CPU_ISA_AVX2,
+                      .num_tasks = (int64_t)a->num_tokens * a->n_heads};
+    atomic_init(&j.next, 0);
+    threadpool_run(pool, attention_job, &j);
+}

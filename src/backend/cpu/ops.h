@@ -1,0 +1,125 @@
+/* ops.h: the CPU backend's kernels. Each op has a portable C reference (readable, the one every
+ * other backend is checked against) and, where it matters for speed, AVX2 (+FMA/F16C) and
+ * AVX-512 variants in *_avx2.c / *_avx512.c, chosen at run time by cpu_isa_get().
+ *
+ * Numerics: all arithmetic in f32. Weights stay in their stored dtype (bf16 / f16 / f32) and are
+ * widened on the fly inside the kernels. Every fast matmul computes each output element with the
+ * same operation sequence whatever the tile, the thread split or the number of tokens T, so a
+ * token's result does not depend on what else is in the batch or on the thread count. */
+#ifndef CVLLM_BACKEND_CPU_OPS_H
+#define CVLLM_BACKEND_CPU_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cpu/threadpool.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+/* ---------------------------------------------------------------- instruction-set dispatch */
+
+typedef enum { CPU_ISA_SCALAR = 0, CPU_ISA_AVX2, CPU_ISA_AVX512 } CpuIsa;
+
+/* The best variant this CPU and this build support. */
+CpuIsa cpu_isa_best(void);
+/* The variant in use: CVLLM_CPU_ISA=scalar|avx2|avx512 if set (capped at cpu_isa_best), else
+ * the best. */
+CpuIsa cpu_isa_get(void);
+/* Forces a variant (tests, benchmarks); capped at cpu_isa_best(). Returns the one now in use. */
+CpuIsa cpu_isa_set(CpuIsa isa);
+const char *cpu_isa_name(CpuIsa isa);
+
+/* ---------------------------------------------------------------- element conversion */
+
+/* Bytes per element of a stored dtype. */
+size_t cpu_dtype_size(DType t);
+/* out[0..n) = f32(src[off .. off+n)) for a bf16 / f16 / f32 array. */
+void cpu_to_f32(float *out, const void *src, DType dt, int64_t off, int64_t n);
+
+/* ---------------------------------------------------------------- matmul */
+
+/* y[t, n] = sum_k x[t, k] * W[n, k] (+ bias[n]) for t < T and n0 <= n < n1.
+ * x: [T, K] f32 with row stride ldx; W: [N, K] row-major in dtype wdt; y row stride ldy. */
+typedef struct {
+    const float *x;
+    int64_t ldx;
+    int T;
+    const void *w;
+    DType wdt;
+    int64_t K;
+    const float *bias; /* [N] or NULL */
+    float *y;
+    int64_t ldy;
+} MatmulArgs;
+
+void matmul_rows_scalar(const MatmulArgs *a, int64_t n0, int64_t n1);
+void matmul_rows_avx2(const MatmulArgs *a, int64_t n0, int64_t n1);   /* matmul_avx2.c */
+void matmul_rows_avx512(const MatmulArgs *a, int64_t n0, int64_t n1); /* matmul_avx512.c */
+/* The variant for isa. */
+void matmul_rows(CpuIsa isa, const MatmulArgs *a, int64_t n0, int64_t n1);
+
+/* y[T, N] = x[T, K] @ W^T (+ bias): one job over up to CPU_MATMUL_MAX_PARTS weight matrices that
+ * share x (q/k/v), rows split over the pool's threads. */
+#define CPU_MATMUL_MAX_PARTS 3
+typedef struct {
+    const Tensor *w;   /* [N, K] */
+    const float *bias; /* [N] f32 or NULL */
+    float *y;          /* [T, ldy] */
+    int64_t ldy;
+} MatmulPart;
+void matmul_cpu(ThreadPool *pool, const float *x, int64_t ldx, int T, const MatmulPart *parts,
+                int num_parts);
+/* g[T, I] = silu(x @ Wg^T) * (x @ Wu^T), the two matmuls and the gating fused per row chunk;
+ * u[T, I] is scratch. */
+void gate_up_silu_cpu(ThreadPool *pool, const float *x, int T, const Tensor *wg, const Tensor *wu,
+                      float *g, float *u);
+
+/* ---------------------------------------------------------------- small ops (reference) */
+
+/* y[i] = x[i] / sqrt(mean(x^2) + eps) * w[i] for i < n (y may alias x). */
+void rmsnorm_cpu(float *y, const float *x, const float *w, int n, float eps);
+/* g[i] = silu(g[i]) * u[i] = g / (1 + exp(-g)) * u. */
+void silu_mul_cpu(float *g, const float *u, int64_t n);
+
+/* Rotary embedding (Hugging Face rotate_half convention: element i pairs with i + head_dim/2).
+ * inv_freq[i] = theta^(-2i/head_dim), then scaled per cfg->rope_type (linear: / factor;
+ * llama3: transformers' _compute_llama3_parameters). inv_freq has head_dim/2 entries. */
+void rope_inv_freq_cpu(const ModelConfig *cfg, int head_dim, float *inv_freq);
+/* cos[i] = cos(pos * inv_freq[i]), sin[i] likewise, i < half (the angle is formed in f32, as
+ * transformers does). */
+void rope_cos_sin_cpu(int pos, const float *inv_freq, int half, float *cos_out, float *sin_out);
+/* Rotates each of n_heads heads of x [n_heads, head_dim] in place. */
+void rope_apply_cpu(float *x, int n_heads, int head_dim, const float *cos_t, const float *sin_t);
+
+/* ---------------------------------------------------------------- paged attention */
+
+/* Causal attention of the step's new tokens over each sequence's keys, read from the KV cache
+ * through the block table. Token t of sequence s (cu_seqlens_q[s] <= t < cu_seqlens_q[s+1])
+ * attends to keys at positions 0..positions[t]; key j lives in cache slot
+ * block_tables[s * max_blocks_per_seq + j / block_size] * block_size + j % block_size.
+ * out[t, h, :] = softmax_j(q[t,h,:] . K[j, h/group, :] * scale) @ V[j, h/group, :]. */
+typedef struct {
+    const float *q;       /* [T, n_heads * head_dim] */
+    float *out;           /* [T, n_heads * head_dim] */
+    const float *k_cache; /* this layer's keys: [num_blocks * block_size, n_kv_heads * head_dim] */
+    const float *v_cache; /* likewise values */
+    int num_tokens, n_heads, n_kv_heads, head_dim, block_size;
+    float scale;
+    const int32_t *positions;    /* [T] */
+    const int32_t *token_seq;    /* [T]: the sequence of each token */
+    const int32_t *block_tables; /* [num_seqs, max_blocks_per_seq] */
+    int max_blocks_per_seq;
+    float *scratch;         /* [nth, scratch_stride]: per-thread scores */
+    int64_t scratch_stride; /* >= longest context (max positions[t] + 1) */
+} AttentionArgs;
+void attention_cpu(ThreadPool *pool, const AttentionArgs *a);
+
+/* Vector helpers the attention uses (AVX2 variants in ops_avx2.c). */
+float dot_f32_scalar(const float *a, const float *b, int n);
+void axpy_f32_scalar(float *y, float alpha, const float *x, int n); /* y += alpha * x */
+float dot_f32_avx2(const float *a, const float *b, int n);
+void axpy_f32_avx2(float *y, float alpha, const float *x, int n);
+/* sum of x[0..n): used by the bandwidth benchmark. */
+float sum_f32_avx2(const float *x, int64_t n);
+
+#endif

@@ -1,0 +1,409 @@
+/* test_cpu_ops.c: every CPU kernel (scalar reference and each fast variant this CPU runs) against
+ * a slow, obvious version written here, on random inputs of awkward sizes.
+ *
+ * Tolerances: the matmul error is measured against sum_k |x_k w_k| (the natural bound for a
+ * reordered f32 sum): |y - ref| <= 1e-5 * sum|x w| + 1e-30. The reference accumulates in double.
+ * rmsnorm / rope / attention: relative 2e-5 against double-precision formulas. Thread counts 1
+ * and 2 must agree bit for bit, and so must a token computed alone or inside a batch. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "backend/cpu/ops.h"
+#include "common.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) * (1.0 / (1ull << 23)) - 1.0);
+}
+
+static void *random_weights(DType dt, int64_t n, float scale) {
+    void *w = xmalloc((size_t)n * cpu_dtype_size(dt));
+    for (int64_t i = 0; i < n; i++) {
+        float v = frand() * scale;
+        if (dt == DTYPE_BF16) ((uint16_t *)w)[i] = f32_to_bf16(v);
+        else if (dt == DTYPE_F16) ((uint16_t *)w)[i] = f32_to_f16(v);
+        else ((float *)w)[i] = v;
+    }
+    return w;
+}
+
+static double weight_at(const void *w, DType dt, int64_t i) {
+    if (dt == DTYPE_BF16) return bf16_to_f32(((const uint16_t *)w)[i]);
+    if (dt == DTYPE_F16) return f16_to_f32(((const uint16_t *)w)[i]);
+    return ((const float *)w)[i];
+}
+
+static const CpuIsa ALL_ISAS[] = {CPU_ISA_SCALAR, CPU_ISA_AVX2, CPU_ISA_AVX512};
+static int isa_available(CpuIsa isa) { return isa <= cpu_isa_best(); }
+
+/* ---------------------------------------------------------------- matmul */
+
+static void check_matmul(CpuIsa isa, DType dt, int T, int64_t K, int64_t N, int with_bias) {
+    float *x = xmalloc((size_t)(T * K) * sizeof(float));
+    for (int64_t i = 0; i < T * K; i++) x[i] = frand();
+    void *w = random_weights(dt, N * K, 0.5f);
+    float *bias = NULL;
+    if (with_bias) {
+        bias = xmalloc((size_t)N * sizeof(float));
+        for (int64_t n = 0; n < N; n++) bias[n] = frand();
+    }
+    float *y = xmalloc((size_t)(T * N) * sizeof(float));
+    float *y1 = xmalloc((size_t)N * sizeof(float));
+    MatmulArgs a = {.x = x, .ldx = K, .T = T, .w = w, .wdt = dt, .K = K, .bias = bias, .y = y,
+                    .ldy = N};
+    /* split the rows in two awkward ranges to exercise the tile remainders */
+    int64_t mid = N / 3;
+    matmul_rows(isa, &a, 0, mid);
+    matmul_rows(isa, &a, mid, N);
+    double worst = 0;
+    for (int t = 0; t < T; t++) {
+        for (int64_t n = 0; n < N; n++) {
+            double ref = with_bias ? bias[n] : 0.0, mag = with_bias ? fabs(bias[n]) : 0.0;
+            for (int64_t k = 0; k < K; k++) {
+                double p = (double)x[t * K + k] * weight_at(w, dt, n * K + k);
+                ref += p;
+                mag += fabs(p);
+            }
+            double err = fabs(y[t * N + n] - ref) / (mag + 1e-30);
+            if (err > worst) worst = err;
+        }
+        /* the same token alone gives bit-identical rows */
+        MatmulArgs a1 = a;
+        a1.x = x + t * K;
+        a1.T = 1;
+        a1.y = y1;
+        matmul_rows(isa, &a1, 0, N);
+        for (int64_t n = 0; n < N; n++)
+            if (y1[n] != y[t * N + n])
+                fail_msg("%s dtype %d T=%d K=%lld N=%lld: token %d alone %.9g, in batch %.9g",
+                         cpu_isa_name(isa), dt, T, (long long)K, (long long)N, t, y1[n],
+                         y[t * N + n]);
+    }
+    if (worst > 1e-5)
+        fail_msg("%s dtype %d T=%d K=%lld N=%lld: worst relative error %.3g > 1e-5",
+                 cpu_isa_name(isa), dt, T, (long long)K, (long long)N, worst);
+    free(x);
+    free(w);
+    free(bias);
+    free(y);
+    free(y1);
+}
+
+static void test_matmul_all_paths(void **state) {
+    (void)state;
+    static const int Ts[] = {1, 2, 3, 4, 5, 7, 8, 13, 16, 37};
+    static const int64_t Ks[] = {1, 7, 8, 17, 67, 130};
+    static const int64_t Ns[] = {1, 5, 31, 67};
+    static const DType dts[] = {DTYPE_BF16, DTYPE_F16, DTYPE_F32};
+    int runs = 0;
+    for (int i = 0; i < 3; i++) {
+        if (!isa_available(ALL_ISAS[i])) continue;
+        for (int d = 0; d < 3; d++)
+            for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
+                for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
+                    for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++) {
+                        check_matmul(ALL_ISAS[i], dts[d], Ts[ti], Ks[ki], Ns[ni], (int)(ni & 1));
+                        runs++;
+                    }
+    }
+    print_message("matmul: %d configurations, best isa %s\n", runs, cpu_isa_name(cpu_isa_best()));
+}
+
+/* matmul_cpu / gate_up_silu_cpu: 1 and 2 threads agree bit for bit, multi-part jobs split right */
+static void test_matmul_threads_identical(void **state) {
+    (void)state;
+    const int T = 9;
+    const int64_t K = 75, N0 = 203, N1 = 49, I = 131;
+    float *x = xmalloc(T * K * sizeof(float));
+    for (int64_t i = 0; i < T * K; i++) x[i] = frand();
+    Tensor w0 = {random_weights(DTYPE_BF16, N0 * K, 0.5f), DTYPE_BF16, N0, K};
+    Tensor w1 = {random_weights(DTYPE_F16, N1 * K, 0.5f), DTYPE_F16, N1, K};
+    Tensor wg = {random_weights(DTYPE_BF16, I * K, 0.5f), DTYPE_BF16, I, K};
+    Tensor wu = {random_weights(DTYPE_BF16, I * K, 0.5f), DTYPE_BF16, I, K};
+    float *out[2][4];
+    for (int r = 0; r < 2; r++) {
+        ThreadPool *pool = threadpool_create(r + 1);
+        out[r][0] = xmalloc(T * N0 * sizeof(float));
+        out[r][1] = xmalloc(T * N1 * sizeof(float));
+        out[r][2] = xmalloc(T * I * sizeof(float));
+        out[r][3] = xmalloc(T * I * sizeof(float));
+        MatmulPart parts[2] = {{&w0, NULL, out[r][0], N0}, {&w1, NULL, out[r][1], N1}};
+        matmul_cpu(pool, x, K, T, parts, 2);
+        gate_up_silu_cpu(pool, x, T, &wg, &wu, out[r][2], out[r][3]);
+        threadpool_destroy(pool);
+    }
+    assert_memory_equal(out[0][0], out[1][0], T * N0 * sizeof(float));
+    assert_memory_equal(out[0][1], out[1][1], T * N1 * sizeof(float));
+    assert_memory_equal(out[0][2], out[1][2], T * I * sizeof(float));
+    /* the parts and the fused gate/up agree with single matmuls */
+    float *y = xmalloc(T * I * sizeof(float)), *u = xmalloc(T * I * sizeof(float));
+    MatmulArgs a = {.x = x, .ldx = K, .T = T, .w = w1.data, .wdt = DTYPE_F16, .K = K, .y = y,
+                    .ldy = N1};
+    matmul_rows(cpu_isa_get(), &a, 0, N1);
+    assert_memory_equal(y, out[0][1], T * N1 * sizeof(float));
+    a.w = wg.data;
+    a.wdt = DTYPE_BF16;
+    a.ldy = I;
+    matmul_rows(cpu_isa_get(), &a, 0, I);
+    a.w = wu.data;
+    a.y = u;
+    matmul_rows(cpu_isa_get(), &a, 0, I);
+    for (int64_t i = 0; i < T * I; i++) {
+        double ref = y[i] / (1.0 + exp(-(double)y[i])) * u[i];
+        assert_true(fabs(out[0][2][i] - ref) <= 2e-6 * fabs(ref) + 1e-7);
+    }
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < 4; i++) free(out[r][i]);
+    free(y);
+    free(u);
+    free(x);
+    free((void *)w0.data);
+    free((void *)w1.data);
+    free((void *)wg.data);
+    free((void *)wu.data);
+}
+
+/* ---------------------------------------------------------------- small ops */
+
+static void test_rmsnorm(void **state) {
+    (void)state;
+    static const int ns[] = {1, 7, 48, 1000};
+    for (size_t c = 0; c < sizeof ns / sizeof *ns; c++) {
+        int n = ns[c];
+        float *x = xmalloc(n * sizeof(float)), *w = xmalloc(n * sizeof(float)),
+              *y = xmalloc(n * sizeof(float));
+        for (int i = 0; i < n; i++) x[i] = 3.0f * frand(), w[i] = frand();
+        rmsnorm_cpu(y, x, w, n, 1e-6f);
+        double ss = 0;
+        for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+        double r = 1.0 / sqrt(ss / n + 1e-6);
+        for (int i = 0; i < n; i++) {
+            double ref = x[i] * r * w[i];
+            assert_true(fabs(y[i] - ref) <= 2e-6 * (fabs(x[i] * r) + 1e-30));
+        }
+        rmsnorm_cpu(x, x, w, n, 1e-6f); /* in place */
+        assert_memory_equal(x, y, n * sizeof(float));
+        free(x);
+        free(w);
+        free(y);
+    }
+}
+
+/* transformers' rope math written out in double: default, linear and llama3 */
+static double ref_inv_freq(const ModelConfig *cfg, int d, int i) {
+    double f = 1.0 / pow(cfg->rope_theta, 2.0 * i / d);
+    if (cfg->rope_type == ROPE_LINEAR) return f / cfg->rope_factor;
+    if (cfg->rope_type == ROPE_LLAMA3) {
+        double wavelen = 2 * M_PI / f, old = cfg->rope_original_max_position;
+        double lo_w = old / cfg->rope_low_freq_factor, hi_w = old / cfg->rope_high_freq_factor;
+        if (wavelen < hi_w) return f;                       /* high frequency: kept */
+        if (wavelen > lo_w) return f / cfg->rope_factor;    /* low frequency: scaled */
+        double s = (old / wavelen - cfg->rope_low_freq_factor) /
+                   (cfg->rope_high_freq_factor - cfg->rope_low_freq_factor);
+        return (1 - s) * f / cfg->rope_factor + s * f;      /* in between: interpolated */
+    }
+    return f;
+}
+
+static void check_rope(const ModelConfig *cfg, int d) {
+    const int half = d / 2, heads = 3;
+    float inv[256], cs[256], sn[256];
+    rope_inv_freq_cpu(cfg, d, inv);
+    int bands[3] = {0};
+    for (int i = 0; i < half; i++) {
+        double ref = ref_inv_freq(cfg, d, i);
+        assert_true(fabs(inv[i] - ref) <= 2e-6 * ref);
+        double base = 1.0 / pow(cfg->rope_theta, 2.0 * i / d);
+        bands[ref == base ? 0 : fabs(ref * cfg->rope_factor - base) < 1e-12 * base ? 1 : 2]++;
+    }
+    if (cfg->rope_type == ROPE_LLAMA3) /* the test's sizes reach all three bands */
+        assert_true(bands[0] > 0 && bands[1] > 0 && bands[2] > 0);
+    static const int positions[] = {0, 1, 5, 63};
+    for (size_t p = 0; p < sizeof positions / sizeof *positions; p++) {
+        int pos = positions[p];
+        float x[3 * 256], y[3 * 256];
+        for (int i = 0; i < heads * d; i++) x[i] = y[i] = frand();
+        rope_cos_sin_cpu(pos, inv, half, cs, sn);
+        rope_apply_cpu(y, heads, d, cs, sn);
+        for (int h = 0; h < heads; h++)
+            for (int i = 0; i < half; i++) {
+                /* rotate the pair (x[i], x[i + d/2]) by pos * inv_freq[i] */
+                double ang = pos * ref_inv_freq(cfg, d, i), a = x[h * d + i],
+                       b = x[h * d + i + half];
+                double r0 = a * cos(ang) - b * sin(ang), r1 = b * cos(ang) + a * sin(ang);
+                assert_true(fabs(y[h * d + i] - r0) <= 2e-5);
+                assert_true(fabs(y[h * d + i + half] - r1) <= 2e-5);
+            }
+    }
+}
+
+static void test_rope_default_linear_llama3(void **state) {
+    (void)state;
+    ModelConfig cfg = {.rope_theta = 10000.0, .rope_type = ROPE_DEFAULT};
+    check_rope(&cfg, 16);
+    check_rope(&cfg, 128);
+    cfg.rope_theta = 1000000.0;
+    check_rope(&cfg, 64);
+    cfg.rope_type = ROPE_LINEAR;
+    cfg.rope_factor = 4.0;
+    check_rope(&cfg, 32);
+    cfg.rope_type = ROPE_LLAMA3;
+    cfg.rope_theta = 500000.0;
+    cfg.rope_factor = 8.0;
+    cfg.rope_low_freq_factor = 1.0;
+    cfg.rope_high_freq_factor = 4.0;
+    cfg.rope_original_max_position = 8192;
+    check_rope(&cfg, 128);
+    /* a short original context pushes most bands into scaling */
+    cfg.rope_original_max_position = 64;
+    check_rope(&cfg, 64);
+}
+
+static void test_silu_mul(void **state) {
+    (void)state;
+    float g[101], u[101], g0[101];
+    for (int i = 0; i < 101; i++) g0[i] = g[i] = 10.0f * frand(), u[i] = frand();
+    silu_mul_cpu(g, u, 101);
+    for (int i = 0; i < 101; i++) {
+        double ref = g0[i] / (1.0 + exp(-(double)g0[i])) * u[i];
+        assert_true(fabs(g[i] - ref) <= 1e-6 * fabs(ref) + 1e-30);
+    }
+}
+
+/* ---------------------------------------------------------------- paged attention */
+
+/* Naive attention over contiguous per-sequence K/V: kc[s][j][kvh][d]. */
+static void naive_attention(const float *q, const float *kc, const float *vc, int n_keys, int H,
+                            int KVH, int d, float *out) {
+    double sc[512];
+    for (int h = 0; h < H; h++) {
+        int kvh = h / (H / KVH);
+        double mx = -INFINITY, sum = 0;
+        for (int j = 0; j < n_keys; j++) {
+            double s = 0;
+            for (int i = 0; i < d; i++) s += (double)q[h * d + i] * kc[(j * KVH + kvh) * d + i];
+            sc[j] = s / sqrt((double)d);
+            if (sc[j] > mx) mx = sc[j];
+        }
+        for (int j = 0; j < n_keys; j++) sum += (sc[j] = exp(sc[j] - mx));
+        for (int i = 0; i < d; i++) {
+            double o = 0;
+            for (int j = 0; j < n_keys; j++) o += sc[j] * vc[(j * KVH + kvh) * d + i];
+            out[h * d + i] = (float)(o / sum);
+        }
+    }
+}
+
+static void check_attention(CpuIsa isa, int H, int KVH, int d, int bs) {
+    enum { S = 3 };
+    const int ctx[S] = {1, 37, 70}, new_toks[S] = {1, 5, 70}; /* decode, chunk, full prefill */
+    const int num_blocks = 64, mbps = 16, kvd = KVH * d;
+    int T = 0;
+    for (int s = 0; s < S; s++) T += new_toks[s];
+    float *kcache = xcalloc((size_t)num_blocks * bs * kvd, sizeof(float));
+    float *vcache = xcalloc((size_t)num_blocks * bs * kvd, sizeof(float));
+    float *kc[S], *vc[S];
+    int32_t tables[S * 16];
+    /* shuffled physical blocks */
+    int perm[64];
+    for (int i = 0; i < num_blocks; i++) perm[i] = i;
+    for (int i = num_blocks - 1; i > 0; i--) {
+        int j = (int)((frand() + 1.0f) * 0.5f * (i + 1)) % (i + 1), tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+    }
+    int used = 0;
+    for (int s = 0; s < S; s++) {
+        kc[s] = xmalloc((size_t)ctx[s] * kvd * sizeof(float));
+        vc[s] = xmalloc((size_t)ctx[s] * kvd * sizeof(float));
+        for (int i = 0; i < mbps; i++) tables[s * mbps + i] = -1;
+        for (int b = 0; b * bs < ctx[s]; b++) tables[s * mbps + b] = perm[used++];
+        for (int j = 0; j < ctx[s]; j++) {
+            int64_t slot = (int64_t)tables[s * mbps + j / bs] * bs + j % bs;
+            for (int i = 0; i < kvd; i++) {
+                kc[s][j * kvd + i] = kcache[slot * kvd + i] = frand();
+                vc[s][j * kvd + i] = vcache[slot * kvd + i] = frand();
+            }
+        }
+    }
+    assert_true(used <= num_blocks);
+    float *q = xmalloc((size_t)T * H * d * sizeof(float));
+    for (int i = 0; i < T * H * d; i++) q[i] = 2.0f * frand();
+    int32_t *pos = xmalloc(T * sizeof(int32_t)), *tseq = xmalloc(T * sizeof(int32_t));
+    for (int s = 0, t = 0; s < S; s++)
+        for (int i = 0; i < new_toks[s]; i++, t++) {
+            pos[t] = ctx[s] - new_toks[s] + i;
+            tseq[t] = s;
+        }
+    float *out[2], *ref = xmalloc((size_t)H * d * sizeof(float));
+    for (int r = 0; r < 2; r++) {
+        ThreadPool *pool = threadpool_create(r + 1);
+        float *scratch = xmalloc(2 * 128 * sizeof(float));
+        out[r] = xmalloc((size_t)T * H * d * sizeof(float));
+        AttentionArgs a = {.q = q, .out = out[r], .k_cache = kcache, .v_cache = vcache,
+                           .num_tokens = T, .n_heads = H, .n_kv_heads = KVH, .head_dim = d,
+                           .block_size = bs, .scale = 1.0f / sqrtf((float)d), .positions = pos,
+                           .token_seq = tseq, .block_tables = tables, .max_blocks_per_seq = mbps,
+                           .scratch = scratch, .scratch_stride = 128};
+        CpuIsa prev = cpu_isa_get();
+        cpu_isa_set(isa);
+        attention_cpu(pool, &a);
+        cpu_isa_set(prev);
+        threadpool_destroy(pool);
+        free(scratch);
+    }
+    assert_memory_equal(out[0], out[1], (size_t)T * H * d * sizeof(float));
+    double worst = 0;
+    for (int t = 0; t < T; t++) {
+        int s = tseq[t];
+        naive_attention(q + (int64_t)t * H * d, kc[s], vc[s], pos[t] + 1, H, KVH, d, ref);
+        for (int i = 0; i < H * d; i++) {
+            double e = fabs(out[0][(int64_t)t * H * d + i] - ref[i]) / (fabs(ref[i]) + 1e-2);
+            if (e > worst) worst = e;
+        }
+    }
+    if (worst > 2e-5)
+        fail_msg("%s attention H=%d KVH=%d d=%d bs=%d: worst rel error %.3g", cpu_isa_name(isa),
+                 H, KVH, d, bs, worst);
+    for (int s = 0; s < S; s++) free(kc[s]), free(vc[s]);
+    free(kcache);
+    free(vcache);
+    free(q);
+    free(pos);
+    free(tseq);
+    free(out[0]);
+    free(out[1]);
+    free(ref);
+}
+
+static void test_paged_attention(void **state) {
+    (void)state;
+    for (int i = 0; i < 3; i++) {
+        if (!isa_available(ALL_ISAS[i])) continue;
+        check_attention(ALL_ISAS[i], 4, 2, 16, 16);  /* GQA */
+        check_attention(ALL_ISAS[i], 4, 1, 13, 8);   /* MQA, odd head_dim */
+        check_attention(ALL_ISAS[i], 2, 2, 64, 5);   /* MHA, block size 5 */
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul_all_paths),
+        cmocka_unit_test(test_matmul_threads_identical),
+        cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_rope_default_linear_llama3),
+        cmocka_unit_test(test_silu_mul),
+        cmocka_unit_test(test_paged_attention),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
