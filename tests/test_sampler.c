@@ -1,0 +1,282 @@
+/* test_sampler.c: greedy, temperature, top-k, top-p, min-p; frequency checks on a small
+ * distribution and exact agreement with a slow full-sort reference on a Qwen3-sized vocabulary. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "engine/sampler.h"
+
+static SamplingParams params(float t, int k, float p, float min_p, int64_t seed) {
+    return (SamplingParams){.temperature = t, .top_k = k, .top_p = p, .min_p = min_p,
+                            .seed = seed, .max_tokens = 16};
+}
+
+static Sequence *make_seq(const SamplingParams *p) {
+    int32_t prompt[1] = {0};
+    return sequence_create(1, prompt, 1, p);
+}
+
+static uint64_t g_state = 88172645463325252ULL;
+static double rnd(void) { /* xorshift64 for test data */
+    g_state ^= g_state << 13;
+    g_state ^= g_state >> 7;
+    g_state ^= g_state << 17;
+    return (double)(g_state >> 11) * 0x1.0p-53;
+}
+
+static int32_t sample_copy(const float *logits, int vocab, const SamplingParams *p, Sequence *s) {
+    float *x = malloc((size_t)vocab * sizeof(float));
+    memcpy(x, logits, (size_t)vocab * sizeof(float));
+    int32_t t = sampler_sample(x, vocab, p, s, NULL);
+    free(x);
+    return t;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Slow reference: full sort by (prob desc, id asc), filters on the sorted list, the same u. */
+
+static const float *ref_p;
+static int ref_cmp(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    if (ref_p[x] != ref_p[y]) return ref_p[x] > ref_p[y] ? -1 : 1;
+    return x < y ? -1 : 1;
+}
+
+static int32_t reference_sample(const float *logits, int vocab, const SamplingParams *p, double u) {
+    float m = logits[0];
+    for (int i = 1; i < vocab; i++)
+        if (logits[i] > m) m = logits[i];
+    float *prob = malloc((size_t)vocab * sizeof(float));
+    int *idx = malloc((size_t)vocab * sizeof(int));
+    for (int i = 0; i < vocab; i++) {
+        prob[i] = expf((logits[i] - m) * (1.0f / p->temperature));
+        idx[i] = i;
+    }
+    int sorted = (p->top_k > 0 && p->top_k < vocab) || (p->top_p > 0 && p->top_p < 1);
+    if (sorted) {
+        ref_p = prob;
+        qsort(idx, (size_t)vocab, sizeof(int), ref_cmp);
+    }
+    int n = vocab;
+    if (p->top_k > 0 && p->top_k < vocab) n = p->top_k;
+    if (p->top_p > 0 && p->top_p < 1) {
+        double mass = 0, cum = 0;
+        for (int i = 0; i < n; i++) mass += prob[idx[i]];
+        int keep = 0;
+        while (keep < n && cum < p->top_p * mass) cum += prob[idx[keep++]];
+        n = keep < 1 ? 1 : keep;
+    }
+    float pmax = 1.0f; /* the max token's weight */
+    double mass = 0;
+    int *kept = malloc((size_t)n * sizeof(int)), nk = 0;
+    for (int i = 0; i < n; i++)
+        if (prob[idx[i]] >= p->min_p * pmax && prob[idx[i]] > 0) {
+            kept[nk++] = idx[i];
+            mass += prob[idx[i]];
+        }
+    double cum = 0, target = u * mass;
+    int32_t tok = kept[nk - 1];
+    for (int i = 0; i < nk; i++) {
+        cum += prob[kept[i]];
+        if (cum > target) {
+            tok = kept[i];
+            break;
+        }
+    }
+    free(prob);
+    free(idx);
+    free(kept);
+    return tok;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Tests */
+
+static void test_greedy_lowest_id_on_ties(void **state) {
+    (void)state;
+    float logits[6] = {1, 3, 2, 3, -1, 3};
+    SamplingParams p = params(0, 0, 1, 0, 7);
+    Sequence *s = make_seq(&p);
+    uint64_t rng[4];
+    memcpy(rng, s->rng, sizeof(rng));
+    assert_int_equal(sample_copy(logits, 6, &p, s), 1);
+    assert_memory_equal(rng, s->rng, sizeof(rng)); /* greedy draws nothing */
+    float neg[3] = {-INFINITY, -5, -5};
+    assert_int_equal(sample_copy(neg, 3, &p, s), 1);
+    sequence_destroy(s);
+}
+
+static void fill_random(float *x, int n, int quantize) {
+    for (int i = 0; i < n; i++) {
+        double v = rnd() * 8 - 4;
+        x[i] = quantize ? (float)floor(v * 2) / 2 : (float)v; /* quantized: many ties */
+    }
+}
+
+static int argmax_ref(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static void test_top_k1_and_tiny_top_p_equal_greedy(void **state) {
+    (void)state;
+    enum { V = 1000 };
+    float logits[V];
+    SamplingParams pk = params(1.0f, 1, 1, 0, 1), pp = params(0.7f, 0, 1e-6f, 0, 2);
+    Sequence *sk = make_seq(&pk), *sp = make_seq(&pp);
+    for (int trial = 0; trial < 200; trial++) {
+        fill_random(logits, V, trial % 2);
+        int g = argmax_ref(logits, V);
+        assert_int_equal(sample_copy(logits, V, &pk, sk), g);
+        assert_int_equal(sample_copy(logits, V, &pp, sp), g);
+    }
+    sequence_destroy(sk);
+    sequence_destroy(sp);
+}
+
+/* Draws n tokens over a 4-token vocabulary and returns the chi-square statistic against want. */
+static double chi_square(const float *logits, const SamplingParams *p, const double *want, int n,
+                         int *counts) {
+    Sequence *s = make_seq(p);
+    memset(counts, 0, 4 * sizeof(int));
+    for (int i = 0; i < n; i++) counts[sample_copy(logits, 4, p, s)]++;
+    sequence_destroy(s);
+    double chi = 0;
+    for (int i = 0; i < 4; i++) {
+        if (want[i] == 0) {
+            assert_int_equal(counts[i], 0);
+            continue;
+        }
+        double e = want[i] * n;
+        chi += (counts[i] - e) * (counts[i] - e) / e;
+    }
+    return chi;
+}
+
+#define CHI2_DF3_P001 16.27 /* chi-square, 3 degrees of freedom, p = 0.001 */
+
+static void test_temperature_frequencies(void **state) {
+    (void)state;
+    const double q[4] = {0.5, 0.3, 0.15, 0.05};
+    float logits[4];
+    for (int i = 0; i < 4; i++) logits[i] = (float)log(q[i]) + 1.5f; /* offset: softmax-invariant */
+    const int n = 40000;
+    int counts[4];
+    const float temps[3] = {1.0f, 0.5f, 2.0f};
+    int top_count[3];
+    for (int t = 0; t < 3; t++) {
+        double want[4], z = 0;
+        for (int i = 0; i < 4; i++) z += want[i] = pow(q[i], 1.0 / temps[t]);
+        for (int i = 0; i < 4; i++) want[i] /= z;
+        SamplingParams p = params(temps[t], 0, 1, 0, 1000 + t);
+        double chi = chi_square(logits, &p, want, n, counts);
+        if (chi > CHI2_DF3_P001)
+            print_error("T=%g counts %d %d %d %d chi2 %.2f\n", temps[t], counts[0], counts[1],
+                        counts[2], counts[3], chi);
+        assert_true(chi < CHI2_DF3_P001);
+        top_count[t] = counts[0];
+    }
+    assert_true(top_count[1] > top_count[0] && top_count[0] > top_count[2]); /* sharper when cold */
+}
+
+static void test_filters_frequencies(void **state) {
+    (void)state;
+    const double q[4] = {0.5, 0.3, 0.15, 0.05};
+    float logits[4];
+    for (int i = 0; i < 4; i++) logits[i] = (float)log(q[i]);
+    const double two[4] = {0.625, 0.375, 0, 0}, three[4] = {0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0};
+    int counts[4];
+    SamplingParams cases[5] = {
+        params(1, 2, 1, 0, 11),       /* top-k 2 */
+        params(1, 0, 0.75f, 0, 12),   /* top-p: 0.5 < 0.75 <= 0.8 */
+        params(1, 0, 1, 0.5f, 13),    /* min-p: keep p >= 0.25 */
+        params(1, 3, 1, 0, 14),       /* top-k 3 */
+        params(1, 0, 1, 0.2f, 15),    /* min-p: keep p >= 0.1 */
+    };
+    const double *want[5] = {two, two, two, three, three};
+    for (int c = 0; c < 5; c++) {
+        double chi = chi_square(logits, &cases[c], want[c], 20000, counts);
+        if (chi > CHI2_DF3_P001)
+            print_error("case %d counts %d %d %d %d chi2 %.2f\n", c, counts[0], counts[1],
+                        counts[2], counts[3], chi);
+        assert_true(chi < CHI2_DF3_P001);
+    }
+    /* top-p over a top-k: top-k 3 renormalizes to {0.526, 0.316, 0.158}; top-p 0.8 needs 2. */
+    SamplingParams kp = params(1, 3, 0.8f, 0, 16);
+    double chi = chi_square(logits, &kp, two, 20000, counts);
+    assert_true(chi < CHI2_DF3_P001);
+}
+
+static void test_seeds(void **state) {
+    (void)state;
+    enum { V = 50, N = 200 };
+    float logits[V];
+    fill_random(logits, V, 0);
+    SamplingParams p = params(1.0f, 0, 0.95f, 0, 123);
+    Sequence *a = make_seq(&p), *b = make_seq(&p);
+    p.seed = 124;
+    Sequence *c = make_seq(&p);
+    int differ = 0;
+    for (int i = 0; i < N; i++) {
+        int32_t x = sample_copy(logits, V, &p, a), y = sample_copy(logits, V, &p, b),
+                z = sample_copy(logits, V, &p, c);
+        assert_int_equal(x, y);
+        differ += x != z;
+    }
+    assert_true(differ > N / 2);
+    sequence_destroy(a);
+    sequence_destroy(b);
+    sequence_destroy(c);
+}
+
+static void test_matches_reference_on_large_vocab(void **state) {
+    (void)state;
+    const int V = 151936;
+    float *logits = malloc((size_t)V * sizeof(float));
+    void *scratch = malloc(sampler_scratch_bytes(V));
+    SamplingParams cases[] = {
+        params(1.0f, 0, 1, 0, 1),         params(0.8f, 0, 0.9f, 0, 2),
+        params(1.0f, 50, 1, 0, 3),        params(0.7f, 50, 0.9f, 0.05f, 4),
+        params(1.0f, 0, 1, 0.1f, 5),      params(1.3f, 0, 0.99f, 0, 6),
+        params(1.0f, 20000, 0.5f, 0, 7),  params(0.6f, 1, 1, 0, 8),
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        Sequence *s = make_seq(&cases[c]);
+        for (int trial = 0; trial < 5; trial++) {
+            /* peaked (a few large logits) or flat (many comparable ones) */
+            double scale = trial % 2 ? 3.0 : 12.0;
+            for (int i = 0; i < V; i++) logits[i] = (float)((rnd() - 0.5) * scale);
+            Sequence probe = *s; /* same generator state: the same u */
+            double u = sequence_next_uniform(&probe);
+            int32_t want = reference_sample(logits, V, &cases[c], u);
+            float *x = malloc((size_t)V * sizeof(float));
+            memcpy(x, logits, (size_t)V * sizeof(float));
+            int32_t got = sampler_sample(x, V, &cases[c], s, scratch);
+            free(x);
+            if (got != want) print_error("case %zu trial %d: got %d want %d\n", c, trial, got, want);
+            assert_int_equal(got, want);
+        }
+        sequence_destroy(s);
+    }
+    free(scratch);
+    free(logits);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_lowest_id_on_ties),
+        cmocka_unit_test(test_top_k1_and_tiny_top_p_equal_greedy),
+        cmocka_unit_test(test_temperature_frequencies),
+        cmocka_unit_test(test_filters_frequencies),
+        cmocka_unit_test(test_seeds),
+        cmocka_unit_test(test_matches_reference_on_large_vocab),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
