@@ -1,5 +1,264 @@
-/* cmd_tokenize.c: placeholder until the command lands. */
-#include <stdio.h>
+/* cmd_tokenize.c: `cvllm tokenize` (text -> ids) and `cvllm detokenize` (ids -> text). They need
+ * only the tokenizer files of MODEL_DIR (tokenizer.json, optional tokenizer_config.json). No special
+ * tokens are added; special tokens written in the text are matched.
+ *
+ *   cvllm tokenize MODEL_DIR --text T [--output csv|json]
+ *   cvllm tokenize MODEL_DIR --input-jsonl F [--output csv|json]   (F: one JSON string per line)
+ *   cvllm detokenize MODEL_DIR --ids 1,2,3 [--skip-special-tokens]
+ *   cvllm detokenize MODEL_DIR --input-jsonl F [--skip-special-tokens]
+ *                                  (F: one JSON id array per line; prints one JSON string per line)
+ * Exit codes: 0 ok, 1 runtime error (bad files, invalid UTF-8, unknown id), 2 usage. */
+#include <errno.h>
+#include <jansson.h>
+#include <string.h>
+
 #include "cli/commands.h"
-int cmd_tokenize(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "not implemented\n"); return 1; }
-int cmd_detokenize(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "not implemented\n"); return 1; }
+#include "common.h"
+#include "tokenizer/tokenizer.h"
+
+static void tokenize_usage(FILE *f) {
+    fprintf(f, "usage: cvllm tokenize MODEL_DIR (--text T | --input-jsonl F) [--output csv|json]\n"
+               "  --text T          the text to encode (UTF-8)\n"
+               "  --input-jsonl F   one JSON string per line ('-' = stdin)\n"
+               "  --output csv|json csv (default): ids comma-separated, one line per text;\n"
+               "                    json: an id array (with --input-jsonl: an array of id arrays)\n"
+               "No special tokens are added; special tokens in the text are matched.\n");
+}
+
+static void detokenize_usage(FILE *f) {
+    fprintf(f, "usage: cvllm detokenize MODEL_DIR (--ids 1,2,3 | --input-jsonl F) "
+               "[--skip-special-tokens]\n"
+               "  --ids LIST             comma-separated token ids; prints the text\n"
+               "  --input-jsonl F        one JSON id array per line ('-' = stdin); prints one JSON\n"
+               "                         string per line\n"
+               "  --skip-special-tokens  drop special tokens\n");
+}
+
+static void print_ids(const int32_t *ids, int n, int json) {
+    if (json) putchar('[');
+    for (int i = 0; i < n; i++) printf(i ? (json ? ", %d" : ",%d") : "%d", ids[i]);
+    if (json) putchar(']');
+}
+
+/* Reads lines from path ('-' = stdin) and calls fn on each; stops at the first error. */
+static int each_line(const char *path, int (*fn)(void *, const char *, size_t, size_t), void *arg) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) {
+        fprintf(stderr, "cvllm: cannot open %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    char *line = NULL;
+    size_t cap = 0, lineno = 0;
+    ssize_t n;
+    int rc = 0;
+    while (rc == 0 && (n = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
+        if (n == 0) continue;
+        rc = fn(arg, line, (size_t)n, lineno);
+    }
+    free(line);
+    if (f != stdin) fclose(f);
+    return rc;
+}
+
+typedef struct {
+    const Tokenizer *t;
+    int json, count;
+} TokArgs;
+
+static int tokenize_line(void *arg, const char *line, size_t n, size_t lineno) {
+    TokArgs *a = arg;
+    json_error_t err;
+    json_t *v = json_loadb(line, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+    if (!json_is_string(v)) {
+        fprintf(stderr, "cvllm tokenize: line %zu is not a JSON string (%s)\n", lineno,
+                v ? "other JSON value" : err.text);
+        json_decref(v);
+        return 1;
+    }
+    int32_t *ids;
+    int k = tokenizer_encode(a->t, json_string_value(v), json_string_length(v), &ids);
+    json_decref(v);
+    if (k < 0) {
+        fprintf(stderr, "cvllm tokenize: line %zu: %s\n", lineno, cvllm_last_error());
+        return 1;
+    }
+    if (a->json) fputs(a->count ? ",\n " : "[", stdout);
+    print_ids(ids, k, a->json);
+    if (!a->json) putchar('\n');
+    a->count++;
+    free(ids);
+    return 0;
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    const char *dir = NULL, *text = NULL, *jsonl = NULL, *output = "csv";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            tokenize_usage(stdout);
+            return 0;
+        }
+        int has_val = i + 1 < argc;
+        if (!strcmp(a, "--text") && has_val) text = argv[++i];
+        else if (!strcmp(a, "--input-jsonl") && has_val) jsonl = argv[++i];
+        else if (!strcmp(a, "--output") && has_val) output = argv[++i];
+        else if (a[0] == '-' && a[1] == '-') {
+            fprintf(stderr, "cvllm tokenize: unknown option or missing value: %s\n", a);
+            tokenize_usage(stderr);
+            return 2;
+        } else if (!dir) dir = a;
+        else {
+            fprintf(stderr, "cvllm tokenize: unexpected argument: %s\n", a);
+            return 2;
+        }
+    }
+    if (!dir || (!text == !jsonl) || (strcmp(output, "csv") && strcmp(output, "json"))) {
+        fprintf(stderr, "cvllm tokenize: need MODEL_DIR and exactly one of --text / --input-jsonl; "
+                        "--output is csv or json\n");
+        tokenize_usage(stderr);
+        return 2;
+    }
+    Tokenizer *t;
+    if (tokenizer_load(dir, &t) < 0) {
+        fprintf(stderr, "cvllm tokenize: %s\n", cvllm_last_error());
+        return 1;
+    }
+    int json = !strcmp(output, "json"), rc = 0;
+    if (text) {
+        int32_t *ids;
+        int n = tokenizer_encode(t, text, strlen(text), &ids);
+        if (n < 0) {
+            fprintf(stderr, "cvllm tokenize: %s\n", cvllm_last_error());
+            rc = 1;
+        } else {
+            print_ids(ids, n, json);
+            putchar('\n');
+            free(ids);
+        }
+    } else {
+        TokArgs a = {t, json, 0};
+        rc = each_line(jsonl, tokenize_line, &a);
+        if (rc == 0 && json) puts(a.count ? "]" : "[]");
+    }
+    tokenizer_free(t);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- detokenize */
+
+/* Parses "1,2,3" (spaces allowed). Returns the count or -1. */
+static int parse_id_list(const char *s, int32_t **out) {
+    int32_t *ids = NULL;
+    int n = 0, cap = 0;
+    while (*s) {
+        while (*s == ' ' || *s == ',') s++;
+        if (!*s) break;
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (end == s || errno || v < INT32_MIN || v > INT32_MAX || (*end && *end != ',' && *end != ' ')) {
+            free(ids);
+            return -1;
+        }
+        DA_PUSH(ids, n, cap, (int32_t)v);
+        s = end;
+    }
+    *out = ids;
+    return n;
+}
+
+typedef struct {
+    const Tokenizer *t;
+    int skip;
+} DetokArgs;
+
+static int detokenize_line(void *arg, const char *line, size_t n, size_t lineno) {
+    DetokArgs *a = arg;
+    json_error_t err;
+    json_t *v = json_loadb(line, n, JSON_DECODE_ANY, &err), *x;
+    if (!json_is_array(v)) {
+        fprintf(stderr, "cvllm detokenize: line %zu is not a JSON array\n", lineno);
+        json_decref(v);
+        return 1;
+    }
+    size_t k = json_array_size(v), i;
+    int32_t *ids = xmalloc((k + 1) * sizeof(int32_t));
+    json_array_foreach(v, i, x) ids[i] = json_is_integer(x) ? (int32_t)json_integer_value(x) : -1;
+    json_decref(v);
+    char *s = tokenizer_decode(a->t, ids, (int)k, a->skip);
+    free(ids);
+    if (!s) {
+        fprintf(stderr, "cvllm detokenize: line %zu: %s\n", lineno, cvllm_last_error());
+        return 1;
+    }
+    json_t *js = json_stringn(s, strlen(s));
+    char *dump = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
+    free(s);
+    json_decref(js);
+    if (!dump) {
+        fprintf(stderr, "cvllm detokenize: line %zu: cannot encode the text as JSON\n", lineno);
+        return 1;
+    }
+    puts(dump);
+    free(dump);
+    return 0;
+}
+
+int cmd_detokenize(int argc, char **argv) {
+    const char *dir = NULL, *ids_arg = NULL, *jsonl = NULL;
+    int skip = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            detokenize_usage(stdout);
+            return 0;
+        }
+        int has_val = i + 1 < argc;
+        if (!strcmp(a, "--ids") && has_val) ids_arg = argv[++i];
+        else if (!strcmp(a, "--input-jsonl") && has_val) jsonl = argv[++i];
+        else if (!strcmp(a, "--skip-special-tokens")) skip = 1;
+        else if (a[0] == '-' && a[1] == '-') {
+            fprintf(stderr, "cvllm detokenize: unknown option or missing value: %s\n", a);
+            detokenize_usage(stderr);
+            return 2;
+        } else if (!dir) dir = a;
+        else {
+            fprintf(stderr, "cvllm detokenize: unexpected argument: %s\n", a);
+            return 2;
+        }
+    }
+    int32_t *ids = NULL;
+    int n = 0;
+    if (!dir || (!ids_arg == !jsonl) || (ids_arg && (n = parse_id_list(ids_arg, &ids)) < 0)) {
+        fprintf(stderr, "cvllm detokenize: need MODEL_DIR and exactly one of --ids (comma-separated "
+                        "integers) / --input-jsonl\n");
+        detokenize_usage(stderr);
+        return 2;
+    }
+    Tokenizer *t;
+    if (tokenizer_load(dir, &t) < 0) {
+        fprintf(stderr, "cvllm detokenize: %s\n", cvllm_last_error());
+        free(ids);
+        return 1;
+    }
+    int rc = 0;
+    if (ids_arg) {
+        char *s = tokenizer_decode(t, ids, n, skip);
+        if (!s) {
+            fprintf(stderr, "cvllm detokenize: %s\n", cvllm_last_error());
+            rc = 1;
+        } else {
+            fputs(s, stdout);
+            putchar('\n');
+            free(s);
+        }
+    } else {
+        DetokArgs a = {t, skip};
+        rc = each_line(jsonl, detokenize_line, &a);
+    }
+    free(ids);
+    tokenizer_free(t);
+    return rc;
+}

@@ -1,6 +1,17 @@
 /* tokenizer.h: Hugging Face tokenizer.json (byte-level BPE as used by Qwen2/Qwen3/Llama 3) and
- * tokenizer_config.json, in C. Results are identical to @huggingface/tokenizers.
- * Invalid UTF-8 input is an error (CVLLM_EINVAL), never a guess. */
+ * tokenizer_config.json, in C. Results are identical to @huggingface/tokenizers (tokenizers.js).
+ *
+ * Supported: model BPE (vocab, merges as "a b" or ["a","b"], ignore_merges, unk_token,
+ * byte_fallback=false); normalizer null / NFC / NFD / NFKC / NFKD / Sequence of these; pre_tokenizer
+ * null / Split (Regex or String; Isolated or Removed; invert) / ByteLevel (add_prefix_space,
+ * use_regex) / Sequence, with ByteLevel last; decoder null / ByteLevel; added tokens with lstrip,
+ * rstrip, single_word (Rust semantics) and normalized. Anything else in the file is refused at load
+ * with CVLLM_EUNSUPPORTED and a message naming it. Malformed files give CVLLM_EFORMAT.
+ *
+ * Invalid UTF-8 input to tokenizer_encode is an error: it returns CVLLM_EINVAL and the message
+ * (cvllm_last_error) gives the offset of the first bad byte. Nothing is guessed or replaced.
+ *
+ * A Tokenizer is immutable after loading: encode/decode may run from several threads at once. */
 #ifndef CVLLM_TOKENIZER_H
 #define CVLLM_TOKENIZER_H
 
@@ -33,9 +44,13 @@ int tokenizer_is_special(const Tokenizer *t, int32_t id);
 const char *tokenizer_chat_template(const Tokenizer *t);
 const char *tokenizer_bos_token(const Tokenizer *t);
 const char *tokenizer_eos_token(const Tokenizer *t);
+const char *tokenizer_pad_token(const Tokenizer *t);
 int32_t tokenizer_eos_id(const Tokenizer *t);
+int32_t tokenizer_bos_id(const Tokenizer *t);
 
-/* Streaming detokenization: feed ids one at a time, get back only complete UTF-8 text. */
+/* Streaming detokenization: feed ids one at a time, get back only complete UTF-8 text. The
+ * concatenated output equals tokenizer_decode of all ids, except that clean_up_tokenization_spaces
+ * (off for Qwen3) is not applied. The stream keeps a pointer to t. */
 typedef struct DetokStream DetokStream;
 DetokStream *detok_stream_create(const Tokenizer *t, int skip_special);
 /* Appends id; returns the newly completed text (malloc'd, possibly ""), or NULL on a bad id. */

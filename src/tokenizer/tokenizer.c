@@ -1,0 +1,673 @@
+/* tokenizer.c: loading tokenizer.json / tokenizer_config.json into a Tokenizer, the hash tables
+ * behind it, and the small accessors. Encoding lives in tok_encode.c / tok_pretok.c, decoding in
+ * tok_decode.c.
+ *
+ * Semantics follow @huggingface/tokenizers (tokenizers.js, the test reference): added tokens
+ * override vocabulary entries with the same content, duplicate merges keep the last rank, the
+ * "skip special" set also holds tokenizer_config's additional_special_tokens, and
+ * clean_up_tokenization_spaces defaults to true when the config does not say. Anything the file
+ * names that we do not implement is refused with CVLLM_EUNSUPPORTED and a message, never ignored. */
+#include <jansson.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "common.h"
+#include "tokenizer/tok_internal.h"
+
+/* ---------------------------------------------------------------- hash tables */
+
+uint64_t tok_hash(const void *p, size_t len) {
+    uint64_t h = XXH3_64bits(p, len);
+    return h ? h : 1;
+}
+
+static size_t pow2_at_least(size_t n) {
+    size_t c = 16;
+    while (c < n) c <<= 1;
+    return c;
+}
+
+void strmap_init(StrMap *m, size_t expected) {
+    memset(m, 0, sizeof(*m));
+    m->cap = pow2_at_least(expected * 2 + 1);
+    m->hashes = xcalloc(m->cap, sizeof(uint64_t));
+    m->vals = xmalloc(m->cap * sizeof(int32_t));
+    m->off = xmalloc(m->cap * sizeof(uint32_t));
+    m->len = xmalloc(m->cap * sizeof(uint32_t));
+    m->arena_cap = 1024 + expected * 8;
+    m->arena = xmalloc(m->arena_cap);
+}
+
+void strmap_free(StrMap *m) {
+    free(m->hashes);
+    free(m->vals);
+    free(m->off);
+    free(m->len);
+    free(m->arena);
+    memset(m, 0, sizeof(*m));
+}
+
+static size_t strmap_find(const StrMap *m, uint64_t h, const char *key, size_t len) {
+    size_t mask = m->cap - 1, i = (size_t)h & mask;
+    while (m->hashes[i]) {
+        if (m->hashes[i] == h && m->len[i] == len && memcmp(m->arena + m->off[i], key, len) == 0)
+            return i;
+        i = (i + 1) & mask;
+    }
+    return i;
+}
+
+static void strmap_grow(StrMap *m) {
+    StrMap old = *m;
+    m->cap *= 2;
+    m->hashes = xcalloc(m->cap, sizeof(uint64_t));
+    m->vals = xmalloc(m->cap * sizeof(int32_t));
+    m->off = xmalloc(m->cap * sizeof(uint32_t));
+    m->len = xmalloc(m->cap * sizeof(uint32_t));
+    for (size_t i = 0; i < old.cap; i++) {
+        if (!old.hashes[i]) continue;
+        size_t j = (size_t)old.hashes[i] & (m->cap - 1);
+        while (m->hashes[j]) j = (j + 1) & (m->cap - 1);
+        m->hashes[j] = old.hashes[i];
+        m->vals[j] = old.vals[i];
+        m->off[j] = old.off[i];
+        m->len[j] = old.len[i];
+    }
+    free(old.hashes);
+    free(old.vals);
+    free(old.off);
+    free(old.len);
+}
+
+uint32_t strmap_put(StrMap *m, const char *key, size_t len, int32_t val) {
+    uint64_t h = tok_hash(key, len);
+    size_t i = strmap_find(m, h, key, len);
+    if (m->hashes[i]) {
+        m->vals[i] = val;
+        return m->off[i];
+    }
+    if (m->arena_len + len + 1 > m->arena_cap) {
+        while (m->arena_len + len + 1 > m->arena_cap) m->arena_cap *= 2;
+        m->arena = xrealloc(m->arena, m->arena_cap);
+    }
+    uint32_t off = (uint32_t)m->arena_len;
+    memcpy(m->arena + off, key, len);
+    m->arena[off + len] = 0;
+    m->arena_len += len + 1;
+    m->hashes[i] = h;
+    m->vals[i] = val;
+    m->off[i] = off;
+    m->len[i] = (uint32_t)len;
+    if (++m->count * 2 > m->cap) strmap_grow(m);
+    return off;
+}
+
+int32_t strmap_get(const StrMap *m, const char *key, size_t len) {
+    if (!m->cap) return -1;
+    size_t i = strmap_find(m, tok_hash(key, len), key, len);
+    return m->hashes[i] ? m->vals[i] : -1;
+}
+
+static void mergemap_init(MergeMap *mm, size_t expected) {
+    mm->cap = pow2_at_least(expected * 2 + 1);
+    mm->count = 0;
+    mm->keys = xcalloc(mm->cap, sizeof(uint64_t));
+    mm->rank = xmalloc(mm->cap * sizeof(int32_t));
+    mm->merged = xmalloc(mm->cap * sizeof(int32_t));
+}
+
+static void mergemap_put(MergeMap *mm, int32_t a, int32_t b, int32_t rank, int32_t merged) {
+    uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
+    size_t mask = mm->cap - 1, i = (size_t)(key * 0x9E3779B97F4A7C15ull >> 20) & mask;
+    while (mm->keys[i] && mm->keys[i] != key) i = (i + 1) & mask;
+    if (!mm->keys[i]) mm->count++;
+    mm->keys[i] = key; /* duplicates: the last one wins, as in tokenizers.js's Map */
+    mm->rank[i] = rank;
+    mm->merged[i] = merged;
+}
+
+/* ---------------------------------------------------------------- the byte-level map */
+
+static uint16_t g_b2c[256];
+static int16_t g_c2b[324];
+static int g_map_ready;
+
+static void byte_map_init(void) {
+    if (g_map_ready) return; /* benign race: every thread writes the same values */
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+        g_b2c[b] = printable ? (uint16_t)b : (uint16_t)(256 + n++);
+    }
+    for (int c = 0; c < 324; c++) g_c2b[c] = -1;
+    for (int b = 0; b < 256; b++) g_c2b[g_b2c[b]] = (int16_t)b;
+    g_map_ready = 1;
+}
+
+int tok_cp_to_byte(uint32_t cp) { return cp < 324 ? g_c2b[cp] : -1; }
+
+/* ---------------------------------------------------------------- JSON helpers */
+
+static int json_flag(json_t *obj, const char *key, int def) {
+    json_t *v = json_object_get(obj, key);
+    return json_is_boolean(v) ? json_is_true(v) : def;
+}
+
+/* A token in tokenizer_config.json: "str" or {"content": "str", ...}. */
+static char *config_token(json_t *cfg, const char *key) {
+    json_t *v = json_object_get(cfg, key);
+    if (json_is_object(v)) v = json_object_get(v, "content");
+    return json_is_string(v) ? xstrdup(json_string_value(v)) : NULL;
+}
+
+/* ---------------------------------------------------------------- component parsers */
+
+static int parse_normalizer(Tokenizer *t, json_t *n) {
+    if (!n || json_is_null(n)) return 0;
+    const char *type = json_string_value(json_object_get(n, "type"));
+    if (!type) return cvllm_errorf(CVLLM_EFORMAT, "tokenizer.json: normalizer has no \"type\"");
+    if (!strcmp(type, "Sequence")) {
+        json_t *arr = json_object_get(n, "normalizers"), *x;
+        size_t i;
+        if (!json_is_array(arr))
+            return cvllm_errorf(CVLLM_EFORMAT, "tokenizer.json: Sequence normalizer without list");
+        json_array_foreach(arr, i, x) {
+            int rc = parse_normalizer(t, x);
+            if (rc < 0) return rc;
+        }
+        return 0;
+    }
+    NormForm f = !strcmp(type, "NFC")    ? NORM_NFC
+                 : !strcmp(type, "NFD")  ? NORM_NFD
+                 : !strcmp(type, "NFKC") ? NORM_NFKC
+                 : !strcmp(type, "NFKD") ? NORM_NFKD
+                                         : NORM_NONE;
+    if (f == NORM_NONE)
+        return cvllm_errorf(CVLLM_EUNSUPPORTED,
+                            "tokenizer.json: normalizer type \"%s\" is not supported (supported: "
+                            "NFC, NFD, NFKC, NFKD, a Sequence of these, or null)",
+                            type);
+    t->norms = xrealloc(t->norms, (size_t)(t->n_norms + 1) * sizeof(NormForm));
+    t->norms[t->n_norms++] = f;
+    return 0;
+}
+
+static const char *GPT2_PATTERN =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+
+static int add_step(Tokenizer *t, const char *pattern, int literal, SplitBehavior b) {
+    SplitStep s = {.behavior = b};
+    int rc = tok_regex_compile(pattern, literal, &s.code, &s.jit);
+    if (rc < 0) return rc;
+    t->steps = xrealloc(t->steps, (size_t)(t->n_steps + 1) * sizeof(SplitStep));
+    t->steps[t->n_steps++] = s;
+    return 0;
+}
+
+static int parse_pre_tokenizer(Tokenizer *t, json_t *p) {
+    if (!p || json_is_null(p)) return 0;
+    const char *type = json_string_value(json_object_get(p, "type"));
+    if (!type) return cvllm_errorf(CVLLM_EFORMAT, "tokenizer.json: pre_tokenizer has no \"type\"");
+    if (t->byte_level)
+        return cvllm_errorf(CVLLM_EUNSUPPORTED,
+                            "tokenizer.json: pre_tokenizer \"%s\" after ByteLevel is not supported",
+                            type);
+    if (!strcmp(type, "Sequence")) {
+        json_t *arr = json_object_get(p, "pretokenizers"), *x;
+        size_t i;
+        if (!json_is_array(arr))
+            return cvllm_errorf(CVLLM_EFORMAT, "tokenizer.json: Sequence pre_tokenizer without list");
+        json_array_foreach(arr, i, x) {
+            int rc = parse_pre_tokenizer(t, x);
+            if (rc < 0) return rc;
+        }
+        return 0;
+    }
+    if (!strcmp(type, "ByteLevel")) {
+        t->byte_level = 1;
+        t->add_prefix_space = json_flag(p, "add_prefix_space", 0);
+        t->bl_level = t->n_steps;
+        if (json_flag(p, "use_regex", 1)) return add_step(t, GPT2_PATTERN, 0, SPLIT_INVERT_MATCHES);
+        return 0;
+    }
+    if (!strcmp(type, "Split")) {
+        json_t *pat = json_object_get(p, "pattern");
+        const char *rx = json_string_value(json_object_get(pat, "Regex"));
+        const char *lit = json_string_value(json_object_get(pat, "String"));
+        const char *beh = json_string_value(json_object_get(p, "behavior"));
+        int invert = json_flag(p, "invert", 0);
+        if (!rx && !lit)
+            return cvllm_errorf(CVLLM_EFORMAT, "tokenizer.json: Split pattern needs Regex or String");
+        SplitBehavior b;
+        if (invert) b = SPLIT_INVERT_MATCHES;
+        else if (beh && !strcmp(beh, "Removed")) b = lit ? SPLIT_ISOLATED : SPLIT_REMOVED;
+        else if (!beh || !strcmp(beh, "Isolated")) b = SPLIT_ISOLATED;
+        else
+            return cvllm_errorf(CVLLM_EUNSUPPORTED,
+                                "tokenizer.json: Split behavior \"%s\" is not supported (supported: "
+                                "Isolated, Removed)",
+                                beh);
+        return add_step(t, rx ? rx : lit, rx == NULL, b);
+    }
+    return cvllm_errorf(CVLLM_EUNSUPPORTED,
+                        "tokenizer.json: pre_tokenizer type \"%s\" is not supported (supported: "
+                        "Split, ByteLevel, Sequence)",
+                        type);
+}
+
+static int get_sym(Tokenizer *t, const char *s, size_t len) {
+    int32_t id = strmap_get(&t->vocab, s, len);
+    if (id >= 0) return id;
+    strmap_put(&t->vocab, s, len, t->n_syms);
+    return t->n_syms++;
+}
+
+static int parse_merges(Tokenizer *t, json_t *merges) {
+    size_t n = json_array_size(merges), i;
+    json_t *m;
+    mergemap_init(&t->merges, n);
+    char *buf = NULL;
+    size_t buf_cap = 0;
+    json_array_foreach(merges, i, m) {
+        const char *a, *b;
+        size_t la, lb;
+        if (json_is_string(m)) { /* "a b": split(" ", 2) as tokenizers.js does */
+            a = json_string_value(m);
+            const char *sp = strchr(a, ' ');
+            if (!sp) return cvllm_errorf(CVLLM_EFORMAT, "tokenizer.json: merge %zu \"%s\" has no space", i, a);
+            la = (size_t)(sp - a);
+            b = sp + 1;
+            const char *sp2 = strchr(b, ' ');
+            lb = sp2 ? (size_t)(sp2 - b) : strlen(b);
+        } else if (json_is_array(m) && json_array_size(m) == 2 &&
+                   json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
+            a = json_string_value(json_array_get(m, 0));
+            la = json_string_length(json_array_get(m, 0));
+            b = json_string_value(json_array_get(m, 1));
+            lb = json_string_length(json_array_get(m, 1));
+        } else {
+            return cvllm_errorf(CVLLM_EFORMAT,
+                                "tokenizer.json: merge %zu is neither \"a b\" nor [\"a\", \"b\"]", i);
+        }
+        if (la + lb > buf_cap) {
+            buf_cap = 2 * (la + lb) + 64;
+            buf = xrealloc(buf, buf_cap);
+        }
+        int32_t sa = get_sym(t, a, la), sb = get_sym(t, b, lb);
+        memcpy(buf, a, la);
+        memcpy(buf + la, b, lb);
+        int32_t sm = get_sym(t, buf, la + lb);
+        mergemap_put(&t->merges, sa, sb, (int32_t)i, sm);
+    }
+    free(buf);
+    return 0;
+}
+
+static int parse_added(Tokenizer *t, json_t *arr) {
+    size_t i;
+    json_t *a;
+    t->added = xcalloc(json_array_size(arr) + 1, sizeof(AddedTok));
+    json_array_foreach(arr, i, a) {
+        json_t *content = json_object_get(a, "content"), *id = json_object_get(a, "id");
+        if (!json_is_string(content) || !json_is_integer(id) || json_integer_value(id) < 0 ||
+            json_integer_value(id) >= (1 << 26))
+            return cvllm_errorf(CVLLM_EFORMAT,
+                                "tokenizer.json: added_tokens[%zu] needs a string \"content\" and an "
+                                "integer \"id\" in [0, 2^26)",
+                                i);
+        AddedTok *at = &t->added[t->n_added++];
+        at->len = json_string_length(content);
+        at->content = xmalloc(at->len + 1);
+        memcpy(at->content, json_string_value(content), at->len + 1);
+        at->id = (int32_t)json_integer_value(id);
+        at->special = (uint8_t)json_flag(a, "special", 0);
+        at->lstrip = (uint8_t)json_flag(a, "lstrip", 0);
+        at->rstrip = (uint8_t)json_flag(a, "rstrip", 0);
+        at->single_word = (uint8_t)json_flag(a, "single_word", 0);
+        at->normalized = (uint8_t)json_flag(a, "normalized", !at->special);
+        if (at->len == 0 || tok_utf8_check(at->content, at->len) != 0)
+            return cvllm_errorf(CVLLM_EFORMAT,
+                                "tokenizer.json: added_tokens[%zu] content is empty or not UTF-8", i);
+    }
+    return 0;
+}
+
+static int cmp_added_len(const void *x, const void *y, void *ctx) {
+    const AddedTok *a = ctx;
+    int i = *(const int *)x, j = *(const int *)y;
+    return a[j].len != a[i].len ? (a[j].len > a[i].len ? 1 : -1) : i - j;
+}
+
+static void matcher_add(AddedMatcher *m, const char *s, int idx) {
+    uint8_t b = (uint8_t)s[0];
+    m->by_first[b] = xrealloc(m->by_first[b], (size_t)(m->n_by_first[b] + 1) * sizeof(int));
+    m->by_first[b][m->n_by_first[b]++] = idx;
+}
+
+static int build_added(Tokenizer *t) {
+    for (int i = 0; i < t->n_added; i++) {
+        AddedTok *a = &t->added[i];
+        int32_t old = strmap_get(&t->vocab, a->content, a->len);
+        if (old >= 0 && old != a->id && old < t->vocab_size) t->id_verbatim[old] = 1;
+        strmap_put(&t->vocab, a->content, a->len, a->id);
+        t->id_verbatim[a->id] = 1;
+        if (a->special) t->id_special[a->id] = t->id_skip[a->id] = 1;
+        strmap_put(&t->added_map, a->content, a->len, i);
+        if (a->normalized && t->n_norms) {
+            a->ncontent = tok_normalize(t, a->content, a->len, &a->nlen);
+            if (!a->ncontent) return CVLLM_EINVAL;
+            if (a->nlen == 0) continue;
+            strmap_put(&t->added_map, a->ncontent, a->nlen, i);
+            matcher_add(&t->match_norm, a->ncontent, i);
+            t->has_norm_added = 1;
+        } else {
+            matcher_add(&t->match_raw, a->content, i);
+        }
+    }
+    for (int b = 0; b < 256; b++) {
+        if (t->match_raw.n_by_first[b])
+            qsort_r(t->match_raw.by_first[b], (size_t)t->match_raw.n_by_first[b], sizeof(int),
+                    cmp_added_len, t->added);
+        if (t->match_norm.n_by_first[b])
+            qsort_r(t->match_norm.by_first[b], (size_t)t->match_norm.n_by_first[b], sizeof(int),
+                    cmp_added_len, t->added);
+    }
+    return 0;
+}
+
+/* Per-id strings and the bytes each id decodes to. */
+static void build_id_tables(Tokenizer *t, const uint32_t *id_off) {
+    t->id_to_str = xcalloc((size_t)t->vocab_size, sizeof(char *));
+    t->id_len = xcalloc((size_t)t->vocab_size, sizeof(uint32_t));
+    for (int32_t id = 0; id < t->vocab_size; id++) {
+        if (id_off[id] == UINT32_MAX) continue;
+        t->id_to_str[id] = t->vocab.arena + id_off[id];
+        t->id_len[id] = (uint32_t)strlen(t->id_to_str[id]);
+    }
+    size_t total = 0;
+    for (int32_t id = 0; id < t->vocab_size; id++) total += t->id_len[id];
+    t->dec_arena = xmalloc(total + 1);
+    t->dec_off = xmalloc(((size_t)t->vocab_size + 1) * sizeof(uint32_t));
+    size_t pos = 0;
+    for (int32_t id = 0; id < t->vocab_size; id++) {
+        t->dec_off[id] = (uint32_t)pos;
+        const char *s = t->id_to_str[id];
+        if (!s) continue;
+        if (!t->decoder_byte_level || t->id_verbatim[id]) {
+            memcpy(t->dec_arena + pos, s, t->id_len[id]);
+            pos += t->id_len[id];
+            continue;
+        }
+        for (size_t i = 0; i < t->id_len[id];) {
+            int n;
+            uint32_t cp = tok_utf8_next(s + i, &n);
+            int b = tok_cp_to_byte(cp);
+            t->dec_arena[pos++] = (char)(b < 0 ? 0 : b); /* tokenizers.js: unknown char -> 0 */
+            i += (size_t)n;
+        }
+    }
+    t->dec_off[t->vocab_size] = (uint32_t)pos;
+}
+
+static int parse_config(Tokenizer *t, const char *config_json) {
+    t->clean_up_spaces = 1;
+    if (!config_json) return 0;
+    json_error_t err;
+    json_t *cfg = json_loads(config_json, 0, &err);
+    if (!cfg || !json_is_object(cfg)) {
+        json_decref(cfg);
+        return cvllm_errorf(CVLLM_EFORMAT, "tokenizer_config.json: invalid JSON at line %d: %s",
+                            err.line, err.text);
+    }
+    t->bos_token = config_token(cfg, "bos_token");
+    t->eos_token = config_token(cfg, "eos_token");
+    t->pad_token = config_token(cfg, "pad_token");
+    t->clean_up_spaces = json_flag(cfg, "clean_up_tokenization_spaces", 1);
+    json_t *ct = json_object_get(cfg, "chat_template"), *x;
+    size_t i;
+    if (json_is_string(ct)) t->chat_template = xstrdup(json_string_value(ct));
+    else if (json_is_array(ct)) {
+        json_array_foreach(ct, i, x) {
+            const char *name = json_string_value(json_object_get(x, "name"));
+            const char *tpl = json_string_value(json_object_get(x, "template"));
+            if (name && tpl && !strcmp(name, "default")) t->chat_template = xstrdup(tpl);
+        }
+    }
+    json_array_foreach(json_object_get(cfg, "additional_special_tokens"), i, x) {
+        const char *s = json_string_value(x);
+        if (!s && json_is_object(x)) s = json_string_value(json_object_get(x, "content"));
+        int32_t id = s ? strmap_get(&t->vocab, s, strlen(s)) : -1;
+        if (id >= 0 && id < t->vocab_size) t->id_skip[id] = 1;
+    }
+    json_decref(cfg);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- load */
+
+static int load_json(Tokenizer *t, json_t *root) {
+    if (!json_is_object(root)) return cvllm_errorf(CVLLM_EFORMAT, "tokenizer.json: not an object");
+    json_t *model = json_object_get(root, "model");
+    if (!json_is_object(model))
+        return cvllm_errorf(CVLLM_EFORMAT, "tokenizer.json: missing \"model\" object");
+    const char *type = json_string_value(json_object_get(model, "type"));
+    json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
+    if (type ? strcmp(type, "BPE") != 0 : !merges)
+        return cvllm_errorf(CVLLM_EUNSUPPORTED,
+                            "tokenizer.json: model type \"%s\" is not supported (only BPE)",
+                            type ? type : "(none)");
+    if (!json_is_object(vocab) || !json_is_array(merges))
+        return cvllm_errorf(CVLLM_EFORMAT,
+                            "tokenizer.json: BPE model needs a \"vocab\" object and a \"merges\" list");
+    if (json_flag(model, "byte_fallback", 0))
+        return cvllm_errorf(CVLLM_EUNSUPPORTED, "tokenizer.json: BPE byte_fallback=true is not supported");
+    const char *suffix = json_string_value(json_object_get(model, "end_of_word_suffix"));
+    const char *prefix = json_string_value(json_object_get(model, "continuing_subword_prefix"));
+    if ((suffix && *suffix) || (prefix && *prefix))
+        return cvllm_errorf(CVLLM_EUNSUPPORTED,
+                            "tokenizer.json: BPE end_of_word_suffix / continuing_subword_prefix are "
+                            "not supported");
+    t->ignore_merges = json_flag(model, "ignore_merges", 0);
+
+    int rc;
+    if ((rc = parse_normalizer(t, json_object_get(root, "normalizer"))) < 0) return rc;
+    if ((rc = parse_pre_tokenizer(t, json_object_get(root, "pre_tokenizer"))) < 0) return rc;
+    json_t *dec = json_object_get(root, "decoder");
+    if (dec && !json_is_null(dec)) {
+        const char *dt = json_string_value(json_object_get(dec, "type"));
+        if (!dt || strcmp(dt, "ByteLevel") != 0)
+            return cvllm_errorf(CVLLM_EUNSUPPORTED,
+                                "tokenizer.json: decoder type \"%s\" is not supported (only ByteLevel "
+                                "or null)",
+                                dt ? dt : "(none)");
+        t->decoder_byte_level = 1;
+    }
+
+    /* vocabulary */
+    size_t nv = json_object_size(vocab);
+    strmap_init(&t->vocab, nv + json_array_size(merges) / 8 + 64);
+    int32_t max_id = -1;
+    const char *key;
+    json_t *val;
+    json_object_foreach(vocab, key, val) {
+        json_int_t id = json_integer_value(val);
+        if (!json_is_integer(val) || id < 0 || id >= (1 << 26))
+            return cvllm_errorf(CVLLM_EFORMAT, "tokenizer.json: vocab entry \"%s\" has a bad id", key);
+        if (id > max_id) max_id = (int32_t)id;
+    }
+    json_t *added = json_object_get(root, "added_tokens");
+    if (added && !json_is_array(added))
+        return cvllm_errorf(CVLLM_EFORMAT, "tokenizer.json: \"added_tokens\" is not a list");
+    if ((rc = parse_added(t, added)) < 0) return rc;
+    for (int i = 0; i < t->n_added; i++)
+        if (t->added[i].id > max_id) max_id = t->added[i].id;
+    t->vocab_size = max_id + 1;
+    t->n_syms = t->vocab_size;
+    uint32_t *id_off = xmalloc(((size_t)t->vocab_size + 1) * sizeof(uint32_t));
+    memset(id_off, 0xff, ((size_t)t->vocab_size + 1) * sizeof(uint32_t));
+    json_object_foreach(vocab, key, val) {
+        size_t klen = strlen(key); /* jansson object keys cannot hold NUL */
+        if (tok_utf8_check(key, klen) != 0) {
+            free(id_off);
+            return cvllm_errorf(CVLLM_EFORMAT, "tokenizer.json: vocab key is not UTF-8");
+        }
+        id_off[json_integer_value(val)] = strmap_put(&t->vocab, key, klen, (int32_t)json_integer_value(val));
+    }
+    t->id_verbatim = xcalloc((size_t)t->vocab_size, 1);
+    t->id_skip = xcalloc((size_t)t->vocab_size, 1);
+    t->id_special = xcalloc((size_t)t->vocab_size, 1);
+    strmap_init(&t->added_map, (size_t)t->n_added * 2 + 4);
+    if ((rc = build_added(t)) < 0) {
+        free(id_off);
+        return rc;
+    }
+    for (int i = 0; i < t->n_added; i++)
+        id_off[t->added[i].id] = strmap_put(&t->vocab, t->added[i].content, t->added[i].len, t->added[i].id);
+
+    const char *unk = json_string_value(json_object_get(model, "unk_token"));
+    t->unk_id = unk ? strmap_get(&t->vocab, unk, strlen(unk)) : -1;
+    if (t->unk_id >= t->vocab_size) t->unk_id = -1;
+
+    if ((rc = parse_merges(t, merges)) < 0) {
+        free(id_off);
+        return rc;
+    }
+    for (int b = 0; b < 256; b++) {
+        char buf[4];
+        int n = tok_utf8_put(t->byte_level ? g_b2c[b] : (uint32_t)b, buf);
+        t->byte_sym[b] = strmap_get(&t->vocab, buf, (size_t)n);
+    }
+    if (t->ignore_merges && t->byte_level) {
+        strmap_init(&t->raw_vocab, nv);
+        char *buf = xmalloc(4096);
+        for (int32_t id = 0; id < t->vocab_size; id++) {
+            if (id_off[id] == UINT32_MAX) continue;
+            const char *s = t->vocab.arena + id_off[id];
+            size_t n = 0, ok = 1;
+            for (size_t i = 0; s[i] && ok && n < 4096;) {
+                int k, b = tok_cp_to_byte(tok_utf8_next(s + i, &k));
+                if (b < 0) ok = 0;
+                buf[n++] = (char)b;
+                i += (size_t)k;
+            }
+            if (ok && n < 4096) strmap_put(&t->raw_vocab, buf, n, id);
+        }
+        free(buf);
+    }
+    build_id_tables(t, id_off);
+    free(id_off);
+    return 0;
+}
+
+int tokenizer_load_from_strings(const char *tokenizer_json, size_t len, const char *config_json,
+                                Tokenizer **out) {
+    *out = NULL;
+    byte_map_init();
+    json_error_t err;
+    json_t *root = json_loadb(tokenizer_json, len, JSON_ALLOW_NUL, &err);
+    if (!root)
+        return cvllm_errorf(CVLLM_EFORMAT, "tokenizer.json: invalid JSON at line %d column %d: %s",
+                            err.line, err.column, err.text);
+    Tokenizer *t = xcalloc(1, sizeof(Tokenizer));
+    t->unk_id = -1;
+    int rc = load_json(t, root);
+    json_decref(root);
+    if (rc >= 0) rc = parse_config(t, config_json);
+    if (rc < 0) {
+        tokenizer_free(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+int tokenizer_load(const char *dir, Tokenizer **out) {
+    *out = NULL;
+    char *path = path_join(dir, "tokenizer.json");
+    size_t len;
+    char *json = read_file(path, &len);
+    free(path);
+    if (!json) return cvllm_error_wrap(CVLLM_EIO, "loading the tokenizer from %s", dir);
+    path = path_join(dir, "tokenizer_config.json");
+    FILE *f = fopen(path, "rb");
+    char *cfg = NULL;
+    if (f) {
+        fclose(f);
+        cfg = read_file(path, NULL);
+        if (!cfg) {
+            free(path);
+            free(json);
+            return cvllm_error_wrap(CVLLM_EIO, "loading the tokenizer from %s", dir);
+        }
+    }
+    free(path);
+    int rc = tokenizer_load_from_strings(json, len, cfg, out);
+    free(json);
+    free(cfg);
+    if (rc < 0) return cvllm_error_wrap(rc, "%s", dir);
+    return rc;
+}
+
+void tokenizer_free(Tokenizer *t) {
+    if (!t) return;
+    strmap_free(&t->vocab);
+    strmap_free(&t->raw_vocab);
+    strmap_free(&t->added_map);
+    free(t->merges.keys);
+    free(t->merges.rank);
+    free(t->merges.merged);
+    free(t->id_to_str);
+    free(t->id_len);
+    for (int i = 0; i < t->n_steps; i++) pcre2_code_free(t->steps[i].code);
+    free(t->steps);
+    free(t->norms);
+    for (int i = 0; i < t->n_added; i++) {
+        free(t->added[i].content);
+        free(t->added[i].ncontent);
+    }
+    free(t->added);
+    for (int b = 0; b < 256; b++) {
+        free(t->match_raw.by_first[b]);
+        free(t->match_norm.by_first[b]);
+    }
+    free(t->id_verbatim);
+    free(t->id_skip);
+    free(t->id_special);
+    free(t->dec_arena);
+    free(t->dec_off);
+    free(t->chat_template);
+    free(t->bos_token);
+    free(t->eos_token);
+    free(t->pad_token);
+    free(t);
+}
+
+/* ---------------------------------------------------------------- accessors */
+
+int tokenizer_vocab_size(const Tokenizer *t) { return t->vocab_size; }
+
+const char *tokenizer_id_to_token(const Tokenizer *t, int32_t id) {
+    return id >= 0 && id < t->vocab_size ? t->id_to_str[id] : NULL;
+}
+
+int32_t tokenizer_token_to_id(const Tokenizer *t, const char *token) {
+    int32_t id = strmap_get(&t->vocab, token, strlen(token));
+    return id < t->vocab_size ? id : -1;
+}
+
+int tokenizer_is_special(const Tokenizer *t, int32_t id) {
+    return id >= 0 && id < t->vocab_size && t->id_special[id];
+}
+
+const char *tokenizer_chat_template(const Tokenizer *t) { return t->chat_template; }
+const char *tokenizer_bos_token(const Tokenizer *t) { return t->bos_token; }
+const char *tokenizer_eos_token(const Tokenizer *t) { return t->eos_token; }
+const char *tokenizer_pad_token(const Tokenizer *t) { return t->pad_token; }
+
+int32_t tokenizer_eos_id(const Tokenizer *t) {
+    return t->eos_token ? tokenizer_token_to_id(t, t->eos_token) : -1;
+}
+
+int32_t tokenizer_bos_id(const Tokenizer *t) {
+    return t->bos_token ? tokenizer_token_to_id(t, t->bos_token) : -1;
+}
