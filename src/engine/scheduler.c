@@ -177,7 +177,7 @@ static int refuse_head(Scheduler *s, Sequence **refused) {
 
 int scheduler_schedule(Scheduler *s, Sequence ***batch, int *n, int *is_prefill, Sequence **refused) {
     s->blen = 0;
-    *batch = s->batch;
+    *batch = NULL; /* set on return: the array may grow while the batch is built */
     *n = 0;
     *is_prefill = 0;
     if (refused) *refused = NULL;
@@ -224,6 +224,7 @@ int scheduler_schedule(Scheduler *s, Sequence ***batch, int *n, int *is_prefill,
         budget -= take;
     }
     if (s->blen > 0) {
+        *batch = s->batch;
         *n = s->blen;
         *is_prefill = 1;
         return 0;
@@ -246,6 +247,7 @@ int scheduler_schedule(Scheduler *s, Sequence ***batch, int *n, int *is_prefill,
         block_manager_append(s->bm, seq);
         batch_push(s, seq, 1);
     }
+    *batch = s->batch;
     *n = s->blen;
     return 0;
 }
