@@ -187,13 +187,14 @@ static int detokenize_line(void *arg, const char *line, size_t n, size_t lineno)
     int32_t *ids = xmalloc((k + 1) * sizeof(int32_t));
     json_array_foreach(v, i, x) ids[i] = json_is_integer(x) ? (int32_t)json_integer_value(x) : -1;
     json_decref(v);
-    char *s = tokenizer_decode(a->t, ids, (int)k, a->skip);
+    size_t len;
+    char *s = tokenizer_decode_len(a->t, ids, (int)k, a->skip, &len);
     free(ids);
     if (!s) {
         fprintf(stderr, "cvllm detokenize: line %zu: %s\n", lineno, cvllm_last_error());
         return 1;
     }
-    json_t *js = json_stringn(s, strlen(s));
+    json_t *js = json_stringn(s, len);
     char *dump = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
     free(s);
     json_decref(js);
@@ -245,12 +246,13 @@ int cmd_detokenize(int argc, char **argv) {
     }
     int rc = 0;
     if (ids_arg) {
-        char *s = tokenizer_decode(t, ids, n, skip);
+        size_t len;
+        char *s = tokenizer_decode_len(t, ids, n, skip, &len);
         if (!s) {
             fprintf(stderr, "cvllm detokenize: %s\n", cvllm_last_error());
             rc = 1;
         } else {
-            fputs(s, stdout);
+            fwrite(s, 1, len, stdout);
             putchar('\n');
             free(s);
         }

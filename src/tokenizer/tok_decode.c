@@ -116,6 +116,11 @@ static int check_id(const Tokenizer *t, int32_t id) {
 }
 
 char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n, int skip_special) {
+    return tokenizer_decode_len(t, ids, n, skip_special, NULL);
+}
+
+char *tokenizer_decode_len(const Tokenizer *t, const int32_t *ids, int n, int skip_special,
+                           size_t *out_len) {
     Str out = {0}, bytes = {0};
     int first = 1;
     for (int i = 0; i < n; i++) {
@@ -142,8 +147,16 @@ char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n, int skip_s
     }
     utf8_lossy((const uint8_t *)bytes.s, bytes.n, 1, &out);
     free(bytes.s);
-    char *s = str_take(&out);
-    return t->clean_up_spaces ? clean_up(s) : s;
+    if (t->clean_up_spaces) { /* (cleanup works on C strings; text after a NUL is kept as is) */
+        size_t head = out.s ? strlen(out.s) : 0;
+        if (head == out.n) {
+            char *s = clean_up(str_take(&out));
+            if (out_len) *out_len = strlen(s);
+            return s;
+        }
+    }
+    if (out_len) *out_len = out.n;
+    return str_take(&out);
 }
 
 /* ---------------------------------------------------------------- streaming */

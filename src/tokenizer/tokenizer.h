@@ -35,6 +35,9 @@ int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int32_t *
  * Bytes that do not form valid UTF-8 become U+FFFD as in the HF decoder. Returns NULL and sets the
  * error for an id outside the vocabulary. */
 char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n, int skip_special);
+/* Same, and stores the text's length in *out_len (if not NULL): the text may contain U+0000. */
+char *tokenizer_decode_len(const Tokenizer *t, const int32_t *ids, int n, int skip_special,
+                           size_t *out_len);
 
 int tokenizer_vocab_size(const Tokenizer *t);      /* highest id + 1, added tokens included */
 const char *tokenizer_id_to_token(const Tokenizer *t, int32_t id); /* raw token string or NULL */
