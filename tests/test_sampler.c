@@ -57,11 +57,8 @@ static int32_t reference_sample(const float *logits, int vocab, const SamplingPa
         prob[i] = expf((logits[i] - m) * (1.0f / p->temperature));
         idx[i] = i;
     }
-    int sorted = (p->top_k > 0 && p->top_k < vocab) || (p->top_p > 0 && p->top_p < 1);
-    if (sorted) {
-        ref_p = prob;
-        qsort(idx, (size_t)vocab, sizeof(int), ref_cmp);
-    }
+    ref_p = prob;
+    qsort(idx, (size_t)vocab, sizeof(int), ref_cmp);
     int n = vocab;
     if (p->top_k > 0 && p->top_k < vocab) n = p->top_k;
     if (p->top_p > 0 && p->top_p < 1) {
@@ -71,26 +68,25 @@ static int32_t reference_sample(const float *logits, int vocab, const SamplingPa
         while (keep < n && cum < p->top_p * mass) cum += prob[idx[keep++]];
         n = keep < 1 ? 1 : keep;
     }
-    float pmax = 1.0f; /* the max token's weight */
-    double mass = 0;
-    int *kept = malloc((size_t)n * sizeof(int)), nk = 0;
+    /* kept set: the first n in sorted order that pass min-p (p_max weight is 1) */
+    char *in = calloc((size_t)vocab, 1);
     for (int i = 0; i < n; i++)
-        if (prob[idx[i]] >= p->min_p * pmax && prob[idx[i]] > 0) {
-            kept[nk++] = idx[i];
-            mass += prob[idx[i]];
-        }
+        if (prob[idx[i]] >= p->min_p && prob[idx[i]] > 0) in[idx[i]] = 1;
+    /* the draw walks the kept tokens in id order */
+    double mass = 0;
+    for (int i = 0; i < vocab; i++)
+        if (in[i]) mass += prob[i];
     double cum = 0, target = u * mass;
-    int32_t tok = kept[nk - 1];
-    for (int i = 0; i < nk; i++) {
-        cum += prob[kept[i]];
-        if (cum > target) {
-            tok = kept[i];
-            break;
-        }
+    int32_t tok = -1;
+    for (int i = 0; i < vocab; i++) {
+        if (!in[i]) continue;
+        tok = i;
+        cum += prob[i];
+        if (cum > target) break;
     }
+    free(in);
     free(prob);
     free(idx);
-    free(kept);
     return tok;
 }
 
