@@ -2,11 +2,14 @@
  * num_blocks blocks of block_size tokens, a free list, ref counts, and the prefix cache.
  *
  * Prefix caching: the hash of a full block i of a sequence is XXH64 over (hash of block i-1, or 0
- * for the first block) followed by the block's token ids. A lookup hit is confirmed by comparing
- * token ids (a colliding hash with other tokens is a miss). Partial blocks are never shared. A
- * block's hash is registered only once its K/V has been computed (block_manager_commit), so a
- * hit always means the K/V is really there. Freed blocks keep their hash (and stay findable)
- * until they are taken for reuse. */
+ * for the first block) followed by the block's token ids (exact byte layout in block_manager.c). A
+ * lookup hit is confirmed by comparing token ids, and also the previous block's hash and the
+ * block's position (a colliding hash with other tokens, or the same tokens in another context, is
+ * a miss). Lookups stop at the first miss. Partial blocks are never looked up or shared. A block's
+ * hash is registered only once its K/V has been computed (block_manager_commit), so a hit always
+ * means the K/V is really there. Freed blocks keep their hash (and stay findable) until they are
+ * taken for reuse: new blocks come from the head of a FIFO free list, freed hashed blocks go to
+ * its tail (a sequence's blocks last first), freed blocks without a hash to its head. */
 #ifndef CVLLM_ENGINE_BLOCK_MANAGER_H
 #define CVLLM_ENGINE_BLOCK_MANAGER_H
 
@@ -46,10 +49,10 @@ void block_manager_commit(BlockManager *bm, Sequence *seq);
 
 int block_manager_num_free(const BlockManager *bm);
 int block_manager_num_blocks(const BlockManager *bm);
-int block_manager_block_size(const BlockManager *bm);
+int block_manager_block_size(const BlockManager *bm); /* tokens per block */
 int block_manager_ref_count(const BlockManager *bm, int block_id);   /* for tests */
 int block_manager_block_hash(const BlockManager *bm, int block_id, uint64_t *hash); /* 1 if set */
-int64_t block_manager_queries(const BlockManager *bm); /* full blocks looked up */
+int64_t block_manager_queries(const BlockManager *bm); /* full blocks looked up (hits + first miss) */
 int64_t block_manager_hits(const BlockManager *bm);
 
 #endif

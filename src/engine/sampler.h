@@ -1,7 +1,9 @@
 /* sampler.h: one token from one row of logits. Order (as vLLM): temperature, then top-k, top-p,
  * min-p filters over the softmax, renormalize, draw with the sequence's own generator (so a seeded
  * request gives the same tokens whatever else is in the batch). temperature 0 = greedy argmax
- * (lowest id on ties), which draws nothing. */
+ * (lowest id on ties), which draws nothing. Tokens are ordered by probability, ties by lower id:
+ * top-k keeps exactly k; top-p the shortest prefix reaching top_p (at least one); min-p drops
+ * p < min_p * p_max. O(vocab) expected: no sort (quickselect for the top-k / top-p boundary). */
 #ifndef CVLLM_ENGINE_SAMPLER_H
 #define CVLLM_ENGINE_SAMPLER_H
 

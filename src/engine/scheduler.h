@@ -10,6 +10,9 @@
  *     sequence the block it needs, the newest running sequence is preempted (blocks freed, status
  *     back to waiting at the head of the queue, recomputed later; possibly the sequence itself).
  *
+ * A running sequence with num_cached_tokens == num_tokens - 1 is decode-ready (this includes a prefill
+ * chunk that stopped one token short of the end: its last token is computed by a decode step).
+ *
  * postprocess() appends the sampled tokens, checks stops (EOS unless ignore_eos, stop token ids,
  * max_tokens, max_model_len), commits computed blocks to the prefix cache, and finishes sequences
  * (status SEQ_FINISHED, blocks released, removed from running). */
@@ -34,7 +37,9 @@ void scheduler_destroy(Scheduler *s); /* accepts NULL; does not free sequences *
 
 /* Queues seq (status SEQ_WAITING) at the tail of the waiting queue. The scheduler borrows it. */
 void scheduler_add(Scheduler *s, Sequence *seq);
-/* Removes a waiting or running sequence (abort): releases its blocks, status SEQ_FINISHED. */
+/* Removes a waiting or running sequence (abort): releases its blocks, status SEQ_FINISHED,
+ * finish_reason CVLLM_FINISH_ABORT. No effect on a finished one. If it is in the batch of the step
+ * in flight, postprocess skips it (it is no longer running). */
 void scheduler_remove(Scheduler *s, Sequence *seq);
 int scheduler_is_finished(const Scheduler *s);
 int scheduler_num_running(const Scheduler *s);
@@ -45,7 +50,9 @@ int64_t scheduler_num_preemptions(const Scheduler *s);
  * sequences, each with num_scheduled_tokens set and its block table covering the tokens it will
  * write. Returns 0 with n = 0 if there is nothing to run. Returns CVLLM_ENOMEM if a waiting
  * sequence can never fit (its blocks exceed the whole cache): that sequence is finished with
- * CVLLM_FINISH_ABORT and *refused set to it so that the engine can report it. */
+ * CVLLM_FINISH_ABORT and *refused set to it so that the engine can report it, n = 0, and nothing
+ * else changed in a way that matters: call again to schedule the rest. (Also when nothing runs and
+ * the cache still cannot take the head of waiting.) */
 int scheduler_schedule(Scheduler *s, Sequence ***batch, int *n, int *is_prefill, Sequence **refused);
 
 /* tokens[i] is the token sampled for batch[i], or -1 when batch[i] computed a prefill chunk that

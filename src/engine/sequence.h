@@ -48,7 +48,8 @@ typedef struct Sequence {
     int64_t arrival;          /* submission order */
 } Sequence;
 
-/* Copies prompt and params (including the stop ids). */
+/* Copies prompt and params (including the stop ids). Status SEQ_WAITING; the generator is seeded
+ * with params.seed, or from the id when seed < 0 (the engine may re-seed it). */
 Sequence *sequence_create(int64_t id, const int32_t *prompt, int n, const SamplingParams *p);
 void sequence_destroy(Sequence *s); /* accepts NULL */
 void sequence_append_token(Sequence *s, int32_t token);
