@@ -90,11 +90,11 @@ int tok_ctx_grow_jit_stack(EncodeCtx *ctx) {
 static int merge_lookup(const MergeMap *mm, int32_t a, int32_t b, int32_t *merged) {
     if (a < 0 || b < 0) return -1;
     uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
-    size_t mask = mm->cap - 1, i = (size_t)(key * 0x9E3779B97F4A7C15ull >> 20) & mask;
-    while (mm->keys[i]) {
-        if (mm->keys[i] == key) {
-            *merged = mm->merged[i];
-            return mm->rank[i];
+    size_t mask = mm->cap - 1, i = tok_merge_slot(key, mask);
+    while (mm->slots[i].key) {
+        if (mm->slots[i].key == key) {
+            *merged = mm->slots[i].merged;
+            return mm->slots[i].rank;
         }
         i = (i + 1) & mask;
     }

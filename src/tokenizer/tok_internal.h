@@ -11,6 +11,7 @@
 #define CVLLM_TOK_INTERNAL_H
 
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <jansson.h>
 #include <pcre2.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,10 +20,15 @@
 
 /* String -> int32 map over an arena (open addressing, linear probing, power-of-two size). */
 typedef struct {
-    uint64_t *hashes; /* [cap] 0 = empty slot */
-    int32_t *vals;    /* [cap] */
-    uint32_t *off;    /* [cap] key offset in arena */
-    uint32_t *len;    /* [cap] key length */
+    uint64_t hash; /* 0 = empty slot */
+    uint32_t off;  /* key offset in arena */
+    uint32_t len;  /* key length */
+    int32_t val;
+    uint32_t pad;
+} StrSlot; /* one cache line access per probe */
+
+typedef struct {
+    StrSlot *slots; /* [cap] */
     size_t cap, count;
     char *arena; /* owned; keys NUL-terminated */
     size_t arena_len, arena_cap;
@@ -38,11 +44,19 @@ uint64_t tok_hash(const void *p, size_t len); /* never 0 */
 
 /* (left sym, right sym) -> (rank, merged sym). */
 typedef struct {
-    uint64_t *keys;  /* [cap] ((uint64_t)left << 32 | right) + 1; 0 = empty */
-    int32_t *rank;   /* [cap] */
-    int32_t *merged; /* [cap] */
+    uint64_t key;   /* ((uint64_t)left << 32 | right) + 1; 0 = empty */
+    int32_t rank;
+    int32_t merged;
+} MergeSlot;
+
+typedef struct {
+    MergeSlot *slots; /* [cap] */
     size_t cap, count;
 } MergeMap;
+
+static inline size_t tok_merge_slot(uint64_t key, size_t mask) {
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 29) & mask;
+}
 
 typedef enum { SPLIT_ISOLATED, SPLIT_REMOVED, SPLIT_INVERT_MATCHES } SplitBehavior;
 
@@ -144,6 +158,28 @@ int tok_ctx_grow_jit_stack(EncodeCtx *ctx);
 /* Applies the normalizer chain; returns a malloc'd NUL-terminated text (a copy when there is no
  * normalizer) and its length in *out_len, or NULL with the error set. text must be valid UTF-8. */
 char *tok_normalize(const Tokenizer *t, const char *text, size_t len, size_t *out_len);
+
+/* tokenizer.json split by tok_json.c: model.vocab went straight into t->vocab, model.merges into a
+ * list of string pairs, everything else into the jansson tree root. */
+typedef struct {
+    uint32_t a_off, a_len, b_off, b_len; /* into TokJson.m_arena */
+} MergeStr;
+
+typedef struct {
+    json_t *root;                    /* owned; "model" lacks vocab/merges when has_* is set */
+    int has_vocab, has_merges;
+    uint32_t *vocab_off;             /* [n_vocab] key offsets in t->vocab.arena */
+    int32_t *vocab_id;               /* [n_vocab] */
+    size_t n_vocab, cap_vocab, n_vocab_id, cap_vocab_id;
+    MergeStr *merges;                /* [n_merges], in file order (= rank) */
+    size_t n_merges, cap_merges;
+    char *m_arena;
+    size_t m_len, m_cap;
+} TokJson;
+
+/* Parses tokenizer.json; initialises and fills t->vocab. Returns 0 or CVLLM_EFORMAT. */
+int tok_json_parse(const char *s, size_t len, Tokenizer *t, TokJson *out);
+void tok_json_free(TokJson *j);
 
 /* Whitespace as JavaScript's String.prototype.trim sees it. */
 int tok_is_js_space(uint32_t cp);

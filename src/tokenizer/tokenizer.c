@@ -30,61 +30,47 @@ static size_t pow2_at_least(size_t n) {
 void strmap_init(StrMap *m, size_t expected) {
     memset(m, 0, sizeof(*m));
     m->cap = pow2_at_least(expected * 2 + 1);
-    m->hashes = xcalloc(m->cap, sizeof(uint64_t));
-    m->vals = xmalloc(m->cap * sizeof(int32_t));
-    m->off = xmalloc(m->cap * sizeof(uint32_t));
-    m->len = xmalloc(m->cap * sizeof(uint32_t));
+    m->slots = xcalloc(m->cap, sizeof(StrSlot));
     m->arena_cap = 1024 + expected * 8;
     m->arena = xmalloc(m->arena_cap);
 }
 
 void strmap_free(StrMap *m) {
-    free(m->hashes);
-    free(m->vals);
-    free(m->off);
-    free(m->len);
+    free(m->slots);
     free(m->arena);
     memset(m, 0, sizeof(*m));
 }
 
 static size_t strmap_find(const StrMap *m, uint64_t h, const char *key, size_t len) {
     size_t mask = m->cap - 1, i = (size_t)h & mask;
-    while (m->hashes[i]) {
-        if (m->hashes[i] == h && m->len[i] == len && memcmp(m->arena + m->off[i], key, len) == 0)
-            return i;
+    while (m->slots[i].hash) {
+        const StrSlot *s = &m->slots[i];
+        if (s->hash == h && s->len == len && memcmp(m->arena + s->off, key, len) == 0) return i;
         i = (i + 1) & mask;
     }
     return i;
 }
 
 static void strmap_grow(StrMap *m) {
-    StrMap old = *m;
+    StrSlot *old = m->slots;
+    size_t old_cap = m->cap;
     m->cap *= 2;
-    m->hashes = xcalloc(m->cap, sizeof(uint64_t));
-    m->vals = xmalloc(m->cap * sizeof(int32_t));
-    m->off = xmalloc(m->cap * sizeof(uint32_t));
-    m->len = xmalloc(m->cap * sizeof(uint32_t));
-    for (size_t i = 0; i < old.cap; i++) {
-        if (!old.hashes[i]) continue;
-        size_t j = (size_t)old.hashes[i] & (m->cap - 1);
-        while (m->hashes[j]) j = (j + 1) & (m->cap - 1);
-        m->hashes[j] = old.hashes[i];
-        m->vals[j] = old.vals[i];
-        m->off[j] = old.off[i];
-        m->len[j] = old.len[i];
+    m->slots = xcalloc(m->cap, sizeof(StrSlot));
+    for (size_t i = 0; i < old_cap; i++) {
+        if (!old[i].hash) continue;
+        size_t j = (size_t)old[i].hash & (m->cap - 1);
+        while (m->slots[j].hash) j = (j + 1) & (m->cap - 1);
+        m->slots[j] = old[i];
     }
-    free(old.hashes);
-    free(old.vals);
-    free(old.off);
-    free(old.len);
+    free(old);
 }
 
 uint32_t strmap_put(StrMap *m, const char *key, size_t len, int32_t val) {
     uint64_t h = tok_hash(key, len);
     size_t i = strmap_find(m, h, key, len);
-    if (m->hashes[i]) {
-        m->vals[i] = val;
-        return m->off[i];
+    if (m->slots[i].hash) {
+        m->slots[i].val = val;
+        return m->slots[i].off;
     }
     if (m->arena_len + len + 1 > m->arena_cap) {
         while (m->arena_len + len + 1 > m->arena_cap) m->arena_cap *= 2;
@@ -94,10 +80,7 @@ uint32_t strmap_put(StrMap *m, const char *key, size_t len, int32_t val) {
     memcpy(m->arena + off, key, len);
     m->arena[off + len] = 0;
     m->arena_len += len + 1;
-    m->hashes[i] = h;
-    m->vals[i] = val;
-    m->off[i] = off;
-    m->len[i] = (uint32_t)len;
+    m->slots[i] = (StrSlot){h, off, (uint32_t)len, val, 0};
     if (++m->count * 2 > m->cap) strmap_grow(m);
     return off;
 }
@@ -105,25 +88,22 @@ uint32_t strmap_put(StrMap *m, const char *key, size_t len, int32_t val) {
 int32_t strmap_get(const StrMap *m, const char *key, size_t len) {
     if (!m->cap) return -1;
     size_t i = strmap_find(m, tok_hash(key, len), key, len);
-    return m->hashes[i] ? m->vals[i] : -1;
+    return m->slots[i].hash ? m->slots[i].val : -1;
 }
 
 static void mergemap_init(MergeMap *mm, size_t expected) {
     mm->cap = pow2_at_least(expected * 2 + 1);
     mm->count = 0;
-    mm->keys = xcalloc(mm->cap, sizeof(uint64_t));
-    mm->rank = xmalloc(mm->cap * sizeof(int32_t));
-    mm->merged = xmalloc(mm->cap * sizeof(int32_t));
+    mm->slots = xcalloc(mm->cap, sizeof(MergeSlot));
 }
 
 static void mergemap_put(MergeMap *mm, int32_t a, int32_t b, int32_t rank, int32_t merged) {
     uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
-    size_t mask = mm->cap - 1, i = (size_t)(key * 0x9E3779B97F4A7C15ull >> 20) & mask;
-    while (mm->keys[i] && mm->keys[i] != key) i = (i + 1) & mask;
-    if (!mm->keys[i]) mm->count++;
-    mm->keys[i] = key; /* duplicates: the last one wins, as in tokenizers.js's Map */
-    mm->rank[i] = rank;
-    mm->merged[i] = merged;
+    size_t mask = mm->cap - 1, i = tok_merge_slot(key, mask);
+    while (mm->slots[i].key && mm->slots[i].key != key) i = (i + 1) & mask;
+    if (!mm->slots[i].key) mm->count++;
+    /* duplicates: the last one wins, as in tokenizers.js's Map */
+    mm->slots[i] = (MergeSlot){key, rank, merged};
 }
 
 /* ---------------------------------------------------------------- the byte-level map */
@@ -262,41 +242,21 @@ static int get_sym(Tokenizer *t, const char *s, size_t len) {
     return t->n_syms++;
 }
 
-static int parse_merges(Tokenizer *t, json_t *merges) {
-    size_t n = json_array_size(merges), i;
-    json_t *m;
-    mergemap_init(&t->merges, n);
+static int parse_merges(Tokenizer *t, const TokJson *tj) {
+    mergemap_init(&t->merges, tj->n_merges);
     char *buf = NULL;
     size_t buf_cap = 0;
-    json_array_foreach(merges, i, m) {
-        const char *a, *b;
-        size_t la, lb;
-        if (json_is_string(m)) { /* "a b": split(" ", 2) as tokenizers.js does */
-            a = json_string_value(m);
-            const char *sp = strchr(a, ' ');
-            if (!sp) return cvllm_errorf(CVLLM_EFORMAT, "tokenizer.json: merge %zu \"%s\" has no space", i, a);
-            la = (size_t)(sp - a);
-            b = sp + 1;
-            const char *sp2 = strchr(b, ' ');
-            lb = sp2 ? (size_t)(sp2 - b) : strlen(b);
-        } else if (json_is_array(m) && json_array_size(m) == 2 &&
-                   json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
-            a = json_string_value(json_array_get(m, 0));
-            la = json_string_length(json_array_get(m, 0));
-            b = json_string_value(json_array_get(m, 1));
-            lb = json_string_length(json_array_get(m, 1));
-        } else {
-            return cvllm_errorf(CVLLM_EFORMAT,
-                                "tokenizer.json: merge %zu is neither \"a b\" nor [\"a\", \"b\"]", i);
-        }
-        if (la + lb > buf_cap) {
-            buf_cap = 2 * (la + lb) + 64;
+    for (size_t i = 0; i < tj->n_merges; i++) {
+        const MergeStr *m = &tj->merges[i];
+        const char *a = tj->m_arena + m->a_off, *b = tj->m_arena + m->b_off;
+        if (m->a_len + m->b_len > buf_cap) {
+            buf_cap = 2 * (m->a_len + m->b_len) + 64;
             buf = xrealloc(buf, buf_cap);
         }
-        int32_t sa = get_sym(t, a, la), sb = get_sym(t, b, lb);
-        memcpy(buf, a, la);
-        memcpy(buf + la, b, lb);
-        int32_t sm = get_sym(t, buf, la + lb);
+        int32_t sa = get_sym(t, a, m->a_len), sb = get_sym(t, b, m->b_len);
+        memcpy(buf, a, m->a_len);
+        memcpy(buf + m->a_len, b, m->b_len);
+        int32_t sm = get_sym(t, buf, m->a_len + m->b_len);
         mergemap_put(&t->merges, sa, sb, (int32_t)i, sm);
     }
     free(buf);
@@ -445,18 +405,18 @@ static int parse_config(Tokenizer *t, const char *config_json) {
 
 /* ---------------------------------------------------------------- load */
 
-static int load_json(Tokenizer *t, json_t *root) {
+static int load_json(Tokenizer *t, const TokJson *tj) {
+    json_t *root = tj->root;
     if (!json_is_object(root)) return cvllm_errorf(CVLLM_EFORMAT, "tokenizer.json: not an object");
     json_t *model = json_object_get(root, "model");
     if (!json_is_object(model))
         return cvllm_errorf(CVLLM_EFORMAT, "tokenizer.json: missing \"model\" object");
     const char *type = json_string_value(json_object_get(model, "type"));
-    json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
-    if (type ? strcmp(type, "BPE") != 0 : !merges)
+    if (type ? strcmp(type, "BPE") != 0 : !tj->has_merges)
         return cvllm_errorf(CVLLM_EUNSUPPORTED,
                             "tokenizer.json: model type \"%s\" is not supported (only BPE)",
                             type ? type : "(none)");
-    if (!json_is_object(vocab) || !json_is_array(merges))
+    if (!tj->has_vocab || !tj->has_merges)
         return cvllm_errorf(CVLLM_EFORMAT,
                             "tokenizer.json: BPE model needs a \"vocab\" object and a \"merges\" list");
     if (json_flag(model, "byte_fallback", 0))
@@ -483,18 +443,10 @@ static int load_json(Tokenizer *t, json_t *root) {
         t->decoder_byte_level = 1;
     }
 
-    /* vocabulary */
-    size_t nv = json_object_size(vocab);
-    strmap_init(&t->vocab, nv + json_array_size(merges) / 8 + 64);
+    /* vocabulary (already in t->vocab, see tok_json.c) */
     int32_t max_id = -1;
-    const char *key;
-    json_t *val;
-    json_object_foreach(vocab, key, val) {
-        json_int_t id = json_integer_value(val);
-        if (!json_is_integer(val) || id < 0 || id >= (1 << 26))
-            return cvllm_errorf(CVLLM_EFORMAT, "tokenizer.json: vocab entry \"%s\" has a bad id", key);
-        if (id > max_id) max_id = (int32_t)id;
-    }
+    for (size_t i = 0; i < tj->n_vocab; i++)
+        if (tj->vocab_id[i] > max_id) max_id = tj->vocab_id[i];
     json_t *added = json_object_get(root, "added_tokens");
     if (added && !json_is_array(added))
         return cvllm_errorf(CVLLM_EFORMAT, "tokenizer.json: \"added_tokens\" is not a list");
@@ -505,14 +457,7 @@ static int load_json(Tokenizer *t, json_t *root) {
     t->n_syms = t->vocab_size;
     uint32_t *id_off = xmalloc(((size_t)t->vocab_size + 1) * sizeof(uint32_t));
     memset(id_off, 0xff, ((size_t)t->vocab_size + 1) * sizeof(uint32_t));
-    json_object_foreach(vocab, key, val) {
-        size_t klen = strlen(key); /* jansson object keys cannot hold NUL */
-        if (tok_utf8_check(key, klen) != 0) {
-            free(id_off);
-            return cvllm_errorf(CVLLM_EFORMAT, "tokenizer.json: vocab key is not UTF-8");
-        }
-        id_off[json_integer_value(val)] = strmap_put(&t->vocab, key, klen, (int32_t)json_integer_value(val));
-    }
+    for (size_t i = 0; i < tj->n_vocab; i++) id_off[tj->vocab_id[i]] = tj->vocab_off[i];
     t->id_verbatim = xcalloc((size_t)t->vocab_size, 1);
     t->id_skip = xcalloc((size_t)t->vocab_size, 1);
     t->id_special = xcalloc((size_t)t->vocab_size, 1);
@@ -528,7 +473,7 @@ static int load_json(Tokenizer *t, json_t *root) {
     t->unk_id = unk ? strmap_get(&t->vocab, unk, strlen(unk)) : -1;
     if (t->unk_id >= t->vocab_size) t->unk_id = -1;
 
-    if ((rc = parse_merges(t, merges)) < 0) {
+    if ((rc = parse_merges(t, tj)) < 0) {
         free(id_off);
         return rc;
     }
@@ -538,7 +483,7 @@ static int load_json(Tokenizer *t, json_t *root) {
         t->byte_sym[b] = strmap_get(&t->vocab, buf, (size_t)n);
     }
     if (t->ignore_merges && t->byte_level) {
-        strmap_init(&t->raw_vocab, nv);
+        strmap_init(&t->raw_vocab, tj->n_vocab);
         char *buf = xmalloc(4096);
         for (int32_t id = 0; id < t->vocab_size; id++) {
             if (id_off[id] == UINT32_MAX) continue;
@@ -563,15 +508,12 @@ int tokenizer_load_from_strings(const char *tokenizer_json, size_t len, const ch
                                 Tokenizer **out) {
     *out = NULL;
     byte_map_init();
-    json_error_t err;
-    json_t *root = json_loadb(tokenizer_json, len, JSON_ALLOW_NUL, &err);
-    if (!root)
-        return cvllm_errorf(CVLLM_EFORMAT, "tokenizer.json: invalid JSON at line %d column %d: %s",
-                            err.line, err.column, err.text);
     Tokenizer *t = xcalloc(1, sizeof(Tokenizer));
     t->unk_id = -1;
-    int rc = load_json(t, root);
-    json_decref(root);
+    TokJson tj;
+    int rc = tok_json_parse(tokenizer_json, len, t, &tj);
+    if (rc >= 0) rc = load_json(t, &tj);
+    tok_json_free(&tj);
     if (rc >= 0) rc = parse_config(t, config_json);
     if (rc < 0) {
         tokenizer_free(t);
@@ -613,9 +555,7 @@ void tokenizer_free(Tokenizer *t) {
     strmap_free(&t->vocab);
     strmap_free(&t->raw_vocab);
     strmap_free(&t->added_map);
-    free(t->merges.keys);
-    free(t->merges.rank);
-    free(t->merges.merged);
+    free(t->merges.slots);
     free(t->id_to_str);
     free(t->id_len);
     for (int i = 0; i < t->n_steps; i++) pcre2_code_free(t->steps[i].code);
