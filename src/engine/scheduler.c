@@ -119,6 +119,8 @@ static int running_remove(Scheduler *s, Sequence *seq) {
  * Queue operations */
 
 void scheduler_add(Scheduler *s, Sequence *seq) {
+    CHECK(seq->num_tokens >= 1, "seq %lld has no tokens (the engine validates prompts)",
+          (long long)seq->id);
     seq->status = SEQ_WAITING;
     seq->num_scheduled_tokens = 0;
     waiting_push_back(s, seq);
