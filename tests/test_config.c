@@ -306,6 +306,8 @@ static void test_errors(void **state) {
     ASSERT_ERR(parse_with(QWEN3_4X, "max_position_embeddings", "0", NULL, &c), CVLLM_EFORMAT,
                "max_position_embeddings (0)");
     ASSERT_ERR(parse_with(QWEN3_4X, "rms_norm_eps", "0", NULL, &c), CVLLM_EFORMAT, "rms_norm_eps");
+    ASSERT_ERR(parse_with(QWEN3_4X, "rms_norm_eps", "1e-60", NULL, &c), CVLLM_EFORMAT,
+               "rms_norm_eps"); /* found by fuzz_config: underflows to 0 as a float */
     ASSERT_ERR(parse_with(QWEN3_4X, "rope_theta", "-1", NULL, &c), CVLLM_EFORMAT,
                "rope_theta (-1) must be positive");
     ASSERT_ERR(parse_with(QWEN3_4X, "bos_token_id", "151936", NULL, &c), CVLLM_EFORMAT,

@@ -361,9 +361,9 @@ static int parse_config(json_t *root, ModelConfig *c) {
 
     double eps;
     if ((rc = get_num(root, F, "", "rms_norm_eps", 0, 1e-6, &eps)) < 0) return rc;
-    if (!(eps > 0 && eps < 1))
+    c->rms_norm_eps = (float)eps; /* the float must stay positive too (1e-60 would not) */
+    if (!(eps > 0 && eps < 1) || !(c->rms_norm_eps > 0))
         return cvllm_errorf(CVLLM_EFORMAT, "%s: rms_norm_eps (%g) must be in (0, 1)", F, eps);
-    c->rms_norm_eps = (float)eps;
 
     if ((rc = parse_rope(root, F, c)) < 0) return rc;
     if (!(c->rope_theta > 0))
