@@ -130,16 +130,16 @@ static void test_matmul_threads_identical(void **state) {
     Tensor w1 = {random_weights(DTYPE_F16, N1 * K, 0.5f), DTYPE_F16, N1, K};
     Tensor wg = {random_weights(DTYPE_BF16, I * K, 0.5f), DTYPE_BF16, I, K};
     Tensor wu = {random_weights(DTYPE_BF16, I * K, 0.5f), DTYPE_BF16, I, K};
-    float *out[2][4];
-    for (int r = 0; r < 2; r++) {
+    float *out[2][4], *xpb = xmalloc(T * K * sizeof(float));
+    for (int r = 0; r < 2; r++) { /* r = 0: 1 thread, no permute buffer; r = 1: 2 threads, one */
         ThreadPool *pool = threadpool_create(r + 1);
         out[r][0] = xmalloc(T * N0 * sizeof(float));
         out[r][1] = xmalloc(T * N1 * sizeof(float));
         out[r][2] = xmalloc(T * I * sizeof(float));
         out[r][3] = xmalloc(T * I * sizeof(float));
         MatmulPart parts[2] = {{&w0, NULL, out[r][0], N0}, {&w1, NULL, out[r][1], N1}};
-        matmul_cpu(pool, x, K, T, parts, 2);
-        gate_up_silu_cpu(pool, x, T, &wg, &wu, out[r][2], out[r][3]);
+        matmul_cpu(pool, x, K, T, parts, 2, r ? xpb : NULL);
+        gate_up_silu_cpu(pool, x, T, &wg, &wu, out[r][2], out[r][3], r ? xpb : NULL);
         threadpool_destroy(pool);
     }
     assert_memory_equal(out[0][0], out[1][0], T * N0 * sizeof(float));
@@ -167,6 +167,7 @@ static void test_matmul_threads_identical(void **state) {
     free(y);
     free(u);
     free(x);
+    free(xpb);
     free((void *)w0.data);
     free((void *)w1.data);
     free((void *)wg.data);

@@ -48,6 +48,7 @@ typedef struct {
     float *x, *h, *tmp;    /* [T, hidden] residual stream, normed input, matmul output */
     float *q, *k, *v, *att;/* [T, q_dim], [T, kv_dim] x2, [T, q_dim] */
     float *g, *u;          /* [T, inter] */
+    float *xp;             /* [T, max(hidden, q_dim, inter)]: matmul inputs, permuted (AVX2 bf16) */
     float *cos_t, *sin_t;  /* [T, head_dim/2] */
     float *scores;         /* [nth, max_model_len] attention scratch */
     int32_t *token_seq;    /* [T] */
@@ -161,7 +162,8 @@ int backend_cpu_create(const ModelConfig *cfg, const ModelWeights *w, const Back
 
     /* activation workspace */
     const size_t T = (size_t)o->max_num_tokens, nth = (size_t)threadpool_size(c->pool);
-    size_t nws = T * (3 * (size_t)H + 2 * (size_t)qd + 2 * (size_t)kvd + 2 * (size_t)I + (size_t)hd) +
+    size_t kmax = (size_t)(H > qd ? H : qd) > (size_t)I ? (size_t)(H > qd ? H : qd) : (size_t)I;
+    size_t nws = T * (3 * (size_t)H + 2 * (size_t)qd + 2 * (size_t)kvd + 2 * (size_t)I + (size_t)hd + kmax) +
                  nth * (size_t)o->max_model_len + T;
     c->ws = xmalloc(nws * sizeof(float));
     cur = c->ws;
@@ -175,6 +177,7 @@ int backend_cpu_create(const ModelConfig *cfg, const ModelWeights *w, const Back
     CARVE(c->v, T * kvd);
     CARVE(c->g, T * I);
     CARVE(c->u, T * I);
+    CARVE(c->xp, T * kmax);
     CARVE(c->cos_t, T * (hd / 2));
     CARVE(c->sin_t, T * (hd / 2));
     CARVE(c->scores, nth * (size_t)o->max_model_len);
@@ -320,7 +323,7 @@ static void layer_forward(CpuBackend *c, int l, const StepInputs *in) {
     MatmulPart qkv[3] = {{&lw->q_proj, p->bq, c->q, c->q_dim},
                          {&lw->k_proj, p->bk, c->k, c->kv_dim},
                          {&lw->v_proj, p->bv, c->v, c->kv_dim}};
-    matmul_cpu(c->pool, c->h, H, T, qkv, 3);
+    matmul_cpu(c->pool, c->h, H, T, qkv, 3, c->xp);
     for (int t = 0; t < T; t++) {
         float *q = c->q + (int64_t)t * c->q_dim, *k = c->k + (int64_t)t * c->kv_dim;
         if (p->q_norm) {
@@ -351,15 +354,15 @@ static void layer_forward(CpuBackend *c, int l, const StepInputs *in) {
                         .scratch_stride = c->opt.max_model_len};
     attention_cpu(c->pool, &aa);
     MatmulPart o = {&lw->o_proj, NULL, c->tmp, H};
-    matmul_cpu(c->pool, c->att, c->q_dim, T, &o, 1);
+    matmul_cpu(c->pool, c->att, c->q_dim, T, &o, 1, c->xp);
     add_inplace(c->x, c->tmp, (int64_t)T * H);
 
     /* MLP block */
     for (int t = 0; t < T; t++)
         rmsnorm_cpu(c->h + (int64_t)t * H, c->x + (int64_t)t * H, p->post_norm, H, eps);
-    gate_up_silu_cpu(c->pool, c->h, T, &lw->gate_proj, &lw->up_proj, c->g, c->u);
+    gate_up_silu_cpu(c->pool, c->h, T, &lw->gate_proj, &lw->up_proj, c->g, c->u, c->xp);
     MatmulPart down = {&lw->down_proj, NULL, c->tmp, H};
-    matmul_cpu(c->pool, c->g, c->inter, T, &down, 1);
+    matmul_cpu(c->pool, c->g, c->inter, T, &down, 1, c->xp);
     add_inplace(c->x, c->tmp, (int64_t)T * H);
 }
 
@@ -385,6 +388,6 @@ static int cpu_forward(Backend *b, const StepInputs *in, float *logits) {
         rmsnorm_cpu(c->h + (int64_t)i * H, c->x + (int64_t)in->logits_indices[i] * H, c->final_norm,
                     H, c->cfg.rms_norm_eps);
     MatmulPart head = {&w->lm_head, NULL, logits, c->vocab};
-    matmul_cpu(c->pool, c->h, H, in->num_logits, &head, 1);
+    matmul_cpu(c->pool, c->h, H, in->num_logits, &head, 1, c->xp);
     return 0;
 }

@@ -10,7 +10,12 @@
  * every weight chunk is loaded and widened once and used by 4 tokens (12 accumulators + 3
  * widened weights + 1 activation = 16 ymm registers), which makes batched decode and prefill
  * compute-bound instead of re-reading the weights per token.
- * bf16 -> f32 is a zero-extend to 32 bits and a shift left by 16 (vpmovzxwd + vpslld). */
+ * bf16 weights: one 32-byte load holds 16 weights as 8 u32 lanes (w[2i] low, w[2i+1] high);
+ * a shift left by 16 gives the even weights as f32 and an AND with 0xffff0000 the odd ones, two
+ * cheap ops per 16 weights instead of zero-extend + shift per 8. For this x is first permuted
+ * once per call (matmul_permute_x_avx2): every full block of 16 floats stored evens then odds,
+ * so each accumulator gets an even FMA and an odd FMA per 16-chunk (in that order, in every
+ * tile). f16 weights go through vcvtph2ps, f32 are loaded as they are. */
 #include <immintrin.h>
 
 #include "backend/cpu/ops.h"
@@ -52,6 +57,12 @@ INLINE void tile(const MatmulArgs *a, int t0, int64_t n0, const int TT, const in
         for (int r = 0; r < RR; r++) acc[t][r] = _mm256_setzero_ps();
     }
     for (int64_t k = 0; k < K8; k += 8) {
+        if (TT == 1) { /* widen each weight chunk right where it is used: 8 + 1 registers */
+            __m256 xv = _mm256_loadu_ps(x[0] + k);
+            for (int r = 0; r < RR; r++)
+                acc[0][r] = _mm256_fmadd_ps(xv, load_w8(a->w, (n0 + r) * K + k, dt), acc[0][r]);
+            continue;
+        }
         __m256 w[8];
         for (int r = 0; r < RR; r++) w[r] = load_w8(a->w, (n0 + r) * K + k, dt);
         for (int t = 0; t < TT; t++) {
@@ -67,6 +78,90 @@ INLINE void tile(const MatmulArgs *a, int t0, int64_t n0, const int TT, const in
             a->y[(int64_t)(t0 + t) * a->ldy + n0 + r] = s;
         }
     }
+}
+
+
+void matmul_permute_x_avx2(const float *x, int64_t ldx, int T, int64_t K, float *xp) {
+    const int64_t K16 = K & ~(int64_t)15;
+    for (int t = 0; t < T; t++) {
+        const float *src = x + (int64_t)t * ldx;
+        float *dst = xp + (int64_t)t * K;
+        for (int64_t k = 0; k < K16; k += 16) {
+            __m256 lo = _mm256_loadu_ps(src + k), hi = _mm256_loadu_ps(src + k + 8);
+            /* per 128-bit lane: (x0 x2 x8 x10 | x4 x6 x12 x14), then 64-bit units reordered */
+            __m256 ev = _mm256_shuffle_ps(lo, hi, 0x88), od = _mm256_shuffle_ps(lo, hi, 0xDD);
+            ev = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ev), 0xD8));
+            od = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(od), 0xD8));
+            _mm256_storeu_ps(dst + k, ev);
+            _mm256_storeu_ps(dst + k + 8, od);
+        }
+        for (int64_t k = K16; k < K; k++) dst[k] = src[k];
+    }
+}
+
+/* bf16 tile over permuted activations xp [T, K] (row stride K). */
+INLINE void tile_bf16p(const MatmulArgs *a, const float *xp, int t0, int64_t n0, const int TT,
+                       const int RR) {
+    const int64_t K = a->K, K16 = K & ~(int64_t)15;
+    const uint16_t *w = a->w;
+    const __m256i himask = _mm256_set1_epi32((int)0xffff0000u);
+    const float *x[6];
+    __m256 acc[6][8];
+    for (int t = 0; t < TT; t++) {
+        x[t] = xp + (int64_t)(t0 + t) * K;
+        for (int r = 0; r < RR; r++) acc[t][r] = _mm256_setzero_ps();
+    }
+    for (int64_t k = 0; k < K16; k += 16) {
+        for (int r = 0; r < RR; r++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(w + (n0 + r) * K + k));
+            __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+            __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(v, himask));
+            for (int t = 0; t < TT; t++) {
+                acc[t][r] = _mm256_fmadd_ps(_mm256_loadu_ps(x[t] + k), we, acc[t][r]);
+                acc[t][r] = _mm256_fmadd_ps(_mm256_loadu_ps(x[t] + k + 8), wo, acc[t][r]);
+            }
+        }
+    }
+    for (int t = 0; t < TT; t++) {
+        for (int r = 0; r < RR; r++) {
+            float s = hsum8(acc[t][r]);
+            for (int64_t k = K16; k < K; k++) s += x[t][k] * bf16_to_f32(w[(n0 + r) * K + k]);
+            if (a->bias) s += a->bias[n0 + r];
+            a->y[(int64_t)(t0 + t) * a->ldy + n0 + r] = s;
+        }
+    }
+}
+
+#ifndef BF16_TT
+#define BF16_TT 2 /* token tile */
+#endif
+#ifndef BF16_RR
+#define BF16_RR 4 /* row tile */
+#endif
+#define P(TT, RR)                                                                                  \
+    static void tp_##TT##x##RR(const MatmulArgs *a, int t0, int64_t n0) {                          \
+        tile_bf16p(a, a->xp, t0, n0, TT, RR);                                                      \
+    }
+P(1, 8) P(1, 1) P(2, 1) P(3, 1) P(4, 1) P(5, 1) P(6, 1)
+#define PR(TT) static void tpr_##TT(const MatmulArgs *a, int t0, int64_t n0) { tile_bf16p(a, a->xp, t0, n0, TT, BF16_RR); }
+PR(1) PR(2) PR(3) PR(4) PR(5) PR(6)
+#undef P
+#undef PR
+
+static void rows_bf16p(const MatmulArgs *a, int64_t n0, int64_t n1) {
+    typedef void (*TileFn)(const MatmulArgs *, int, int64_t);
+    static const TileFn by_tr[7] = {0, tpr_1, tpr_2, tpr_3, tpr_4, tpr_5, tpr_6};
+    static const TileFn by_t1[7] = {0, tp_1x1, tp_2x1, tp_3x1, tp_4x1, tp_5x1, tp_6x1};
+    int64_t n = n0;
+    if (a->T == 1) {
+        for (; n + 8 <= n1; n += 8) tp_1x8(a, 0, n);
+        for (; n < n1; n++) tp_1x1(a, 0, n);
+        return;
+    }
+    for (; n + BF16_RR <= n1; n += BF16_RR)
+        for (int t = 0; t < a->T; t += BF16_TT) by_tr[a->T - t < BF16_TT ? a->T - t : BF16_TT](a, t, n);
+    for (; n < n1; n++)
+        for (int t = 0; t < a->T; t += BF16_TT) by_t1[a->T - t < BF16_TT ? a->T - t : BF16_TT](a, t, n);
 }
 
 #define DEFINE_TILES(SUF, DT)                                                                      \
@@ -97,13 +192,23 @@ INLINE void tile(const MatmulArgs *a, int t0, int64_t n0, const int TT, const in
             for (int t = 0; t < a->T; t += 4) by_t1[a->T - t < 4 ? a->T - t : 4](a, t, n);          \
     }
 
-DEFINE_TILES(bf16, DTYPE_BF16)
 DEFINE_TILES(f16, DTYPE_F16)
 DEFINE_TILES(f32, DTYPE_F32)
 
 void matmul_rows_avx2(const MatmulArgs *a, int64_t n0, int64_t n1) {
     switch (a->wdt) {
-    case DTYPE_BF16: rows_bf16(a, n0, n1); break;
+    case DTYPE_BF16:
+        if (a->xp) {
+            rows_bf16p(a, n0, n1);
+        } else { /* no permuted copy provided (tests, one-off calls): make one */
+            MatmulArgs b = *a;
+            float *xp = xmalloc((size_t)a->T * (size_t)a->K * sizeof(float));
+            matmul_permute_x_avx2(a->x, a->ldx, a->T, a->K, xp);
+            b.xp = xp;
+            rows_bf16p(&b, n0, n1);
+            free(xp);
+        }
+        break;
     case DTYPE_F16: rows_f16(a, n0, n1); break;
     default: rows_f32(a, n0, n1); break;
     }

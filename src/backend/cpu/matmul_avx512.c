@@ -45,6 +45,12 @@ INLINE void tile(const MatmulArgs *a, int t0, int64_t n0, const int TT, const in
         for (int r = 0; r < RR; r++) acc[t][r] = _mm512_setzero_ps();
     }
     for (int64_t k = 0; k < K16; k += 16) {
+        if (TT == 1) { /* widen each weight chunk right where it is used: 8 + 1 registers */
+            __m512 xv = _mm512_loadu_ps(x[0] + k);
+            for (int r = 0; r < RR; r++)
+                acc[0][r] = _mm512_fmadd_ps(xv, load_w16(a->w, (n0 + r) * K + k, dt), acc[0][r]);
+            continue;
+        }
         __m512 w[8];
         for (int r = 0; r < RR; r++) w[r] = load_w16(a->w, (n0 + r) * K + k, dt);
         for (int t = 0; t < TT; t++) {

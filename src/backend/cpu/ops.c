@@ -1,11 +1,11 @@
 /* ops.c: reference kernels of the CPU backend and the run-time choice of their fast variants.
  * The scalar code here is the readable definition of each op; matmul_avx2.c / ops_avx2.c must
- * agree with it (tests/test_cpu_ops.c). Threaded jobs hand out work in chunks through an atomic
- * counter, so a core stolen by another process slows a step down instead of stalling it. */
+ * agree with it (tests/test_cpu_ops.c). Threaded jobs are cut into tasks (row chunks, (token, head)
+ * pairs) that the pool hands out one by one, so a core stolen by another process slows a step
+ * down instead of stalling it. */
 #include "backend/cpu/ops.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <string.h>
 
 #include "common.h"
@@ -119,36 +119,41 @@ static int64_t matmul_chunk_rows(int64_t N, int nth) {
 
 typedef struct {
     CpuIsa isa;
-    const float *x;
+    const float *x, *xp;
     int64_t ldx;
     int T;
     const MatmulPart *parts;
     int num_parts;
     int64_t chunk;
     int64_t part_chunks[CPU_MATMUL_MAX_PARTS + 1]; /* prefix sums of chunks per part */
-    atomic_long next;
 } MatmulJob;
 
-static void matmul_job(void *ctx, int ith, int nth) {
+static void matmul_job(void *ctx, int64_t c, int thread) {
     MatmulJob *j = ctx;
-    const int64_t total = j->part_chunks[j->num_parts];
-    for (;;) {
-        int64_t c = atomic_fetch_add(&j->next, 1);
-        if (c >= total) break;
-        int p = 0;
-        while (c >= j->part_chunks[p + 1]) p++;
-        const MatmulPart *pt = &j->parts[p];
-        int64_t n0 = (c - j->part_chunks[p]) * j->chunk;
-        int64_t n1 = n0 + j->chunk < pt->w->rows ? n0 + j->chunk : pt->w->rows;
-        MatmulArgs a = {.x = j->x, .ldx = j->ldx, .T = j->T, .w = pt->w->data,
-                        .wdt = pt->w->dtype, .K = pt->w->cols, .bias = pt->bias,
-                        .y = pt->y, .ldy = pt->ldy};
-        matmul_rows(j->isa, &a, n0, n1);
+    int p = 0;
+    while (c >= j->part_chunks[p + 1]) p++;
+    const MatmulPart *pt = &j->parts[p];
+    int64_t n0 = (c - j->part_chunks[p]) * j->chunk;
+    int64_t n1 = n0 + j->chunk < pt->w->rows ? n0 + j->chunk : pt->w->rows;
+    MatmulArgs a = {.x = j->x, .ldx = j->ldx, .T = j->T, .w = pt->w->data, .wdt = pt->w->dtype,
+                    .K = pt->w->cols, .bias = pt->bias, .y = pt->y, .ldy = pt->ldy, .xp = j->xp};
+    matmul_rows(j->isa, &a, n0, n1);
+}
+
+/* The AVX2 bf16 kernels read x permuted: do it once here for all threads when given a buffer. */
+static const float *prepare_xp(CpuIsa isa, const float *x, int64_t ldx, int T, int64_t K,
+                               int any_bf16, float *xp_buf) {
+#if defined(__x86_64__)
+    if (isa == CPU_ISA_AVX2 && any_bf16 && xp_buf) {
+        matmul_permute_x_avx2(x, ldx, T, K, xp_buf);
+        return xp_buf;
     }
+#endif
+    return NULL;
 }
 
 void matmul_cpu(ThreadPool *pool, const float *x, int64_t ldx, int T, const MatmulPart *parts,
-                int num_parts) {
+                int num_parts, float *xp_buf) {
     CHECK(num_parts >= 1 && num_parts <= CPU_MATMUL_MAX_PARTS, "num_parts %d", num_parts);
     MatmulJob j = {.isa = cpu_isa_get(), .x = x, .ldx = ldx, .T = T, .parts = parts,
                    .num_parts = num_parts};
@@ -158,51 +163,49 @@ void matmul_cpu(ThreadPool *pool, const float *x, int64_t ldx, int T, const Matm
               (long long)parts[p].w->cols, (long long)parts[0].w->cols);
         if (parts[p].w->rows > maxN) maxN = parts[p].w->rows;
     }
+    int any_bf16 = 0;
+    for (int p = 0; p < num_parts; p++) any_bf16 |= parts[p].w->dtype == DTYPE_BF16;
+    j.xp = prepare_xp(j.isa, x, ldx, T, parts[0].w->cols, any_bf16, xp_buf);
     j.chunk = matmul_chunk_rows(maxN, threadpool_size(pool));
     j.part_chunks[0] = 0;
     for (int p = 0; p < num_parts; p++)
         j.part_chunks[p + 1] = j.part_chunks[p] + (parts[p].w->rows + j.chunk - 1) / j.chunk;
-    atomic_init(&j.next, 0);
-    threadpool_run(pool, matmul_job, &j);
+    threadpool_run(pool, matmul_job, &j, j.part_chunks[num_parts]);
 }
 
 typedef struct {
     CpuIsa isa;
-    const float *x;
+    const float *x, *xp;
     int T;
     const Tensor *wg, *wu;
     float *g, *u;
     int64_t chunk, num_chunks;
-    atomic_long next;
 } GateUpJob;
 
-static void gate_up_job(void *ctx, int ith, int nth) {
+static void gate_up_job(void *ctx, int64_t c, int thread) {
     GateUpJob *j = ctx;
     const int64_t I = j->wg->rows, K = j->wg->cols;
-    for (;;) {
-        int64_t c = atomic_fetch_add(&j->next, 1);
-        if (c >= j->num_chunks) break;
-        int64_t n0 = c * j->chunk, n1 = n0 + j->chunk < I ? n0 + j->chunk : I;
-        MatmulArgs a = {.x = j->x, .ldx = K, .T = j->T, .w = j->wg->data, .wdt = j->wg->dtype,
-                        .K = K, .y = j->g, .ldy = I};
-        matmul_rows(j->isa, &a, n0, n1);
-        a.w = j->wu->data;
-        a.wdt = j->wu->dtype;
-        a.y = j->u;
-        matmul_rows(j->isa, &a, n0, n1);
-        for (int t = 0; t < j->T; t++) silu_mul_cpu(j->g + t * I + n0, j->u + t * I + n0, n1 - n0);
-    }
+    int64_t n0 = c * j->chunk, n1 = n0 + j->chunk < I ? n0 + j->chunk : I;
+    MatmulArgs a = {.x = j->x, .ldx = K, .T = j->T, .w = j->wg->data, .wdt = j->wg->dtype, .K = K,
+                    .y = j->g, .ldy = I, .xp = j->xp};
+    matmul_rows(j->isa, &a, n0, n1);
+    a.w = j->wu->data;
+    a.wdt = j->wu->dtype;
+    a.y = j->u;
+    matmul_rows(j->isa, &a, n0, n1);
+    for (int t = 0; t < j->T; t++) silu_mul_cpu(j->g + t * I + n0, j->u + t * I + n0, n1 - n0);
 }
 
 void gate_up_silu_cpu(ThreadPool *pool, const float *x, int T, const Tensor *wg, const Tensor *wu,
-                      float *g, float *u) {
+                      float *g, float *u, float *xp_buf) {
     CHECK(wg->rows == wu->rows && wg->cols == wu->cols, "gate [%lld, %lld] vs up [%lld, %lld]",
           (long long)wg->rows, (long long)wg->cols, (long long)wu->rows, (long long)wu->cols);
     GateUpJob j = {.isa = cpu_isa_get(), .x = x, .T = T, .wg = wg, .wu = wu, .g = g, .u = u};
+    j.xp = prepare_xp(j.isa, x, wg->cols, T, wg->cols,
+                      wg->dtype == DTYPE_BF16 || wu->dtype == DTYPE_BF16, xp_buf);
     j.chunk = matmul_chunk_rows(wg->rows, threadpool_size(pool));
     j.num_chunks = (wg->rows + j.chunk - 1) / j.chunk;
-    atomic_init(&j.next, 0);
-    threadpool_run(pool, gate_up_job, &j);
+    threadpool_run(pool, gate_up_job, &j, j.num_chunks);
 }
 
 /* ================================================================ small ops */
@@ -282,8 +285,6 @@ void axpy_f32_scalar(float *y, float alpha, const float *x, int n) {
 typedef struct {
     const AttentionArgs *a;
     int use_avx2;
-    int64_t num_tasks; /* num_tokens * n_heads */
-    atomic_long next;
 } AttentionJob;
 
 static void attention_task(const AttentionArgs *a, int use_avx2, float *scores, int t, int h) {
@@ -320,22 +321,16 @@ static void attention_task(const AttentionArgs *a, int use_avx2, float *scores, 
     for (int i = 0; i < hd; i++) o[i] *= inv;
 }
 
-static void attention_job(void *ctx, int ith, int nth) {
+static void attention_job(void *ctx, int64_t task, int thread) {
     AttentionJob *j = ctx;
-    float *scores = j->a->scratch + (int64_t)ith * j->a->scratch_stride;
-    for (;;) {
-        int64_t task = atomic_fetch_add(&j->next, 1);
-        if (task >= j->num_tasks) break;
-        attention_task(j->a, j->use_avx2, scores, (int)(task / j->a->n_heads),
-                       (int)(task % j->a->n_heads));
-    }
+    float *scores = j->a->scratch + (int64_t)thread * j->a->scratch_stride;
+    attention_task(j->a, j->use_avx2, scores, (int)(task / j->a->n_heads),
+                   (int)(task % j->a->n_heads));
 }
 
 void attention_cpu(ThreadPool *pool, const AttentionArgs *a) {
     CHECK(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0, "heads %d, kv heads %d",
           a->n_heads, a->n_kv_heads);
-    AttentionJob j = {.a = a, .use_avx2 = cpu_isa_get() >= CPU_ISA_AVX2,
-                      .num_tasks = (int64_t)a->num_tokens * a->n_heads};
-    atomic_init(&j.next, 0);
-    threadpool_run(pool, attention_job, &j);
+    AttentionJob j = {.a = a, .use_avx2 = cpu_isa_get() >= CPU_ISA_AVX2};
+    threadpool_run(pool, attention_job, &j, (int64_t)a->num_tokens * a->n_heads);
 }

@@ -50,16 +50,21 @@ typedef struct {
     const float *bias; /* [N] or NULL */
     float *y;
     int64_t ldy;
+    const float *xp; /* AVX2 + bf16 only: x permuted by matmul_permute_x_avx2 ([T, K]), or NULL
+                      * to let the kernel make the copy itself */
 } MatmulArgs;
 
 void matmul_rows_scalar(const MatmulArgs *a, int64_t n0, int64_t n1);
 void matmul_rows_avx2(const MatmulArgs *a, int64_t n0, int64_t n1);   /* matmul_avx2.c */
+/* xp[T, K] = x with every full block of 16 floats reordered evens then odds (tail as is). */
+void matmul_permute_x_avx2(const float *x, int64_t ldx, int T, int64_t K, float *xp);
 void matmul_rows_avx512(const MatmulArgs *a, int64_t n0, int64_t n1); /* matmul_avx512.c */
 /* The variant for isa. */
 void matmul_rows(CpuIsa isa, const MatmulArgs *a, int64_t n0, int64_t n1);
 
 /* y[T, N] = x[T, K] @ W^T (+ bias): one job over up to CPU_MATMUL_MAX_PARTS weight matrices that
- * share x (q/k/v), rows split over the pool's threads. */
+ * share x (q/k/v), rows split over the pool's threads. xp_buf: T*K floats of scratch for the
+ * AVX2 bf16 kernels' permuted copy of x (NULL: each kernel call makes its own). */
 #define CPU_MATMUL_MAX_PARTS 3
 typedef struct {
     const Tensor *w;   /* [N, K] */
@@ -68,11 +73,11 @@ typedef struct {
     int64_t ldy;
 } MatmulPart;
 void matmul_cpu(ThreadPool *pool, const float *x, int64_t ldx, int T, const MatmulPart *parts,
-                int num_parts);
+                int num_parts, float *xp_buf);
 /* g[T, I] = silu(x @ Wg^T) * (x @ Wu^T), the two matmuls and the gating fused per row chunk;
  * u[T, I] is scratch. */
 void gate_up_silu_cpu(ThreadPool *pool, const float *x, int T, const Tensor *wg, const Tensor *wu,
-                      float *g, float *u);
+                      float *g, float *u, float *xp_buf);
 
 /* ---------------------------------------------------------------- small ops (reference) */
 

@@ -1,0 +1,380 @@
+/* bench_cpu.c: `cvllm bench ops` - micro-benchmarks of the CPU backend on this machine:
+ *   bw       read bandwidth: sum of a large f32 array with all threads (the decode roofline)
+ *   matmul   bf16 matmul at T tokens on the qwen3-0.6b shapes: GB/s of weights, GFLOP/s
+ *   forward  a whole synthetic qwen3-0.6b (random bf16 weights in memory, tied lm_head):
+ *            decode steps at batch sizes B over a context of C cached tokens -> tokens/s
+ * Weight sets are cycled through several copies larger than the last-level cache, so the
+ * figures are those of streaming weights from memory, as in real decode. */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/backend_cpu.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/threadpool.h"
+#include "common.h"
+
+int bench_cpu_ops(int argc, char **argv);
+
+static uint64_t g_rng = 0x853C49E6748FEA9Bull;
+static inline uint32_t rnd32(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 32);
+}
+/* bf16 uniform in about [-scale, scale) */
+static void fill_bf16(uint16_t *p, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; i++)
+        p[i] = f32_to_bf16(scale * ((float)(rnd32() >> 8) * (1.0f / 8388608.0f) - 1.0f));
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* ---------------------------------------------------------------- bandwidth */
+
+typedef struct {
+    float *a;
+    int64_t n, per; /* elements; per task */
+    int touch;
+    float sums[1024];
+} BwJob;
+
+static void bw_job(void *ctx, int64_t task, int thread) {
+    BwJob *j = ctx;
+    int64_t lo = j->per * task, hi = lo + j->per < j->n ? lo + j->per : j->n;
+    if (j->touch) {
+        for (int64_t i = lo; i < hi; i++) j->a[i] = (float)(i & 7);
+        return;
+    }
+    float s = 0;
+    if (cpu_isa_get() >= CPU_ISA_AVX2)
+        s = sum_f32_avx2(j->a + lo, hi - lo);
+    else
+        for (int64_t i = lo; i < hi; i++) s += j->a[i];
+    j->sums[task & 1023] = s;
+}
+
+static double bench_bandwidth(ThreadPool *pool, int64_t bytes, int reps) {
+    BwJob j = {.n = bytes / 4, .per = 1 << 20}; /* 4 MB tasks */
+    const int64_t tasks = (j.n + j.per - 1) / j.per;
+    j.a = xmalloc((size_t)j.n * sizeof(float));
+    j.touch = 1;
+    threadpool_run(pool, bw_job, &j, tasks); /* first touch */
+    j.touch = 0;
+    double best = 0, *gbs = xmalloc(reps * sizeof(double));
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_seconds();
+        threadpool_run(pool, bw_job, &j, tasks);
+        double dt = now_seconds() - t0;
+        gbs[r] = (double)j.n * 4 / dt / 1e9;
+        if (gbs[r] > best) best = gbs[r];
+    }
+    qsort(gbs, reps, sizeof(double), cmp_double);
+    printf("bandwidth: %.2f GB read, %d threads: best %.1f GB/s, median %.1f GB/s\n",
+           (double)j.n * 4 / 1e9, threadpool_size(pool), best, gbs[reps / 2]);
+    free(gbs);
+    free(j.a);
+    return best;
+}
+
+/* ---------------------------------------------------------------- matmul */
+
+static void bench_matmul_shape(ThreadPool *pool, const char *name, int64_t N, int64_t K, int T,
+                               int reps) {
+    const int64_t bytes = N * K * 2;
+    int copies = (int)((512ll << 20) / bytes) + 1; /* > 512 MB in all: never cache-resident */
+    if (copies > 64) copies = 64;
+    uint16_t *w = xmalloc((size_t)(bytes * copies));
+    fill_bf16(w, N * K * copies, 0.05f);
+    float *x = xmalloc((size_t)(T * K) * sizeof(float)), *y = xmalloc((size_t)(T * N) * sizeof(float));
+    float *xp = xmalloc((size_t)(T * K) * sizeof(float));
+    for (int64_t i = 0; i < T * K; i++) x[i] = (float)(rnd32() >> 8) / 8388608.0f - 1.0f;
+    Tensor t = {w, DTYPE_BF16, N, K};
+    MatmulPart part = {&t, NULL, y, N};
+    int iters = reps * copies;
+    if (iters < 4) iters = 4;
+    /* warm-up */
+    matmul_cpu(pool, x, K, T, &part, 1, xp);
+    double t0 = now_seconds();
+    for (int i = 0; i < iters; i++) {
+        t.data = w + (size_t)(i % copies) * N * K;
+        matmul_cpu(pool, x, K, T, &part, 1, xp);
+    }
+    double dt = (now_seconds() - t0) / iters;
+    printf("  %-10s N=%6lld K=%5lld T=%2d: %8.1f us  %6.1f GB/s  %6.1f GFLOP/s\n", name,
+           (long long)N, (long long)K, T, dt * 1e6, bytes / dt / 1e9,
+           2.0 * T * N * K / dt / 1e9);
+    free(w);
+    free(x);
+    free(xp);
+    free(y);
+}
+
+/* ---------------------------------------------------------------- synthetic model */
+
+static void qwen3_06b_config(ModelConfig *c) {
+    memset(c, 0, sizeof *c);
+    c->arch = ARCH_QWEN3;
+    c->arch_name = "Qwen3ForCausalLM";
+    c->vocab_size = 151936;
+    c->hidden_size = 1024;
+    c->intermediate_size = 3072;
+    c->num_hidden_layers = 28;
+    c->num_attention_heads = 16;
+    c->num_key_value_heads = 8;
+    c->head_dim = 128;
+    c->rms_norm_eps = 1e-6f;
+    c->rope_theta = 1000000.0;
+    c->rope_type = ROPE_DEFAULT;
+    c->max_position_embeddings = 40960;
+    c->tie_word_embeddings = 1;
+    c->qk_norm = 1;
+    c->torch_dtype = DTYPE_BF16;
+}
+
+/* Random bf16 weights carved from one allocation (returned in *blob). */
+static size_t synthetic_weights(const ModelConfig *c, ModelWeights *w, uint16_t **blob) {
+    const int64_t H = c->hidden_size, hd = c->head_dim, qd = c->num_attention_heads * hd,
+                  kvd = c->num_key_value_heads * hd, I = c->intermediate_size, V = c->vocab_size;
+    const int64_t per_layer = 2 * H + 2 * hd + qd * H + 2 * kvd * H + H * qd + 3 * I * H;
+    const int64_t total = V * H + H + c->num_hidden_layers * per_layer;
+    uint16_t *p = xmalloc((size_t)total * 2);
+    *blob = p;
+    memset(w, 0, sizeof *w);
+    w->layers = xcalloc((size_t)c->num_hidden_layers, sizeof(LayerWeights));
+#define TAKE(T, R, C, SCALE, ONES)                                                                 \
+    do {                                                                                           \
+        (T) = (Tensor){p, DTYPE_BF16, (R), (C)};                                                   \
+        if (ONES)                                                                                  \
+            for (int64_t i_ = 0; i_ < (R) * (C); i_++) p[i_] = f32_to_bf16(1.0f);                  \
+        else                                                                                       \
+            fill_bf16(p, (R) * (C), (SCALE));                                                      \
+        p += (R) * (C);                                                                            \
+    } while (0)
+    TAKE(w->embed_tokens, V, H, 0.05f, 0);
+    TAKE(w->norm, 1, H, 0, 1);
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        LayerWeights *lw = &w->layers[l];
+        TAKE(lw->input_layernorm, 1, H, 0, 1);
+        TAKE(lw->post_attention_layernorm, 1, H, 0, 1);
+        TAKE(lw->q_norm, 1, hd, 0, 1);
+        TAKE(lw->k_norm, 1, hd, 0, 1);
+        TAKE(lw->q_proj, qd, H, 0.03f, 0);
+        TAKE(lw->k_proj, kvd, H, 0.03f, 0);
+        TAKE(lw->v_proj, kvd, H, 0.03f, 0);
+        TAKE(lw->o_proj, H, qd, 0.03f, 0);
+        TAKE(lw->gate_proj, I, H, 0.03f, 0);
+        TAKE(lw->up_proj, I, H, 0.03f, 0);
+        TAKE(lw->down_proj, H, I, 0.02f, 0);
+    }
+#undef TAKE
+    CHECK(p == *blob + total, "synthetic weights carve mismatch");
+    w->lm_head = w->embed_tokens;
+    return (size_t)total * 2;
+}
+
+/* Decode `steps` steps of B sequences whose first ctx tokens are already cached. */
+static double bench_decode(Backend *b, const ModelConfig *cfg, int B, int ctx, int steps,
+                           int block_size, int mbps, float *logits) {
+    int32_t *ids = xmalloc(B * sizeof(int32_t)), *pos = xmalloc(B * sizeof(int32_t)),
+            *cuq = xmalloc((B + 1) * sizeof(int32_t)), *cuk = xmalloc((B + 1) * sizeof(int32_t)),
+            *ctxl = xmalloc(B * sizeof(int32_t)), *lidx = xmalloc(B * sizeof(int32_t)),
+            *tables = xmalloc((size_t)B * mbps * sizeof(int32_t));
+    int64_t *slots = xmalloc(B * sizeof(int64_t));
+    for (int s = 0; s < B; s++)
+        for (int i = 0; i < mbps; i++) tables[s * mbps + i] = s * mbps + i;
+    double t0 = 0;
+    for (int step = -2; step < steps; step++) { /* two warm-up steps */
+        if (step == 0) t0 = now_seconds();
+        int p = ctx + (step < 0 ? 0 : step);
+        cuq[0] = cuk[0] = 0;
+        for (int s = 0; s < B; s++) {
+            ids[s] = (int32_t)(rnd32() % (uint32_t)cfg->vocab_size);
+            pos[s] = p;
+            slots[s] = (int64_t)tables[s * mbps + p / block_size] * block_size + p % block_size;
+            ctxl[s] = p + 1;
+            cuq[s + 1] = s + 1;
+            cuk[s + 1] = cuk[s] + p + 1;
+            lidx[s] = s;
+        }
+        StepInputs in = {.is_prefill = 0, .num_tokens = B, .num_seqs = B, .input_ids = ids,
+                         .positions = pos, .slot_mapping = slots, .cu_seqlens_q = cuq,
+                         .cu_seqlens_k = cuk, .max_seqlen_q = 1, .max_seqlen_k = p + 1,
+                         .context_lens = ctxl, .block_tables = tables, .max_blocks_per_seq = mbps,
+                         .logits_indices = lidx, .num_logits = B};
+        int rc = b->forward(b, &in, logits);
+        CHECK(rc == 0, "forward failed: %s", cvllm_last_error());
+    }
+    double dt = now_seconds() - t0;
+    free(ids), free(pos), free(cuq), free(cuk), free(ctxl), free(lidx), free(tables), free(slots);
+    return dt / steps;
+}
+
+static double bench_prefill(Backend *b, const ModelConfig *cfg, int n, int block_size, int mbps,
+                            float *logits) {
+    int32_t *ids = xmalloc(n * sizeof(int32_t)), *pos = xmalloc(n * sizeof(int32_t)),
+            *tables = xmalloc(mbps * sizeof(int32_t));
+    int64_t *slots = xmalloc(n * sizeof(int64_t));
+    for (int i = 0; i < mbps; i++) tables[i] = i;
+    for (int t = 0; t < n; t++) {
+        ids[t] = (int32_t)(rnd32() % (uint32_t)cfg->vocab_size);
+        pos[t] = t;
+        slots[t] = t;
+    }
+    int32_t cuq[2] = {0, n}, cuk[2] = {0, n}, ctx[1] = {n}, lidx[1] = {n - 1};
+    StepInputs in = {.is_prefill = 1, .num_tokens = n, .num_seqs = 1, .input_ids = ids,
+                     .positions = pos, .slot_mapping = slots, .cu_seqlens_q = cuq,
+                     .cu_seqlens_k = cuk, .max_seqlen_q = n, .max_seqlen_k = n,
+                     .context_lens = ctx, .block_tables = tables, .max_blocks_per_seq = mbps,
+                     .logits_indices = lidx, .num_logits = 1};
+    double t0 = now_seconds();
+    int rc = b->forward(b, &in, logits);
+    CHECK(rc == 0, "forward failed: %s", cvllm_last_error());
+    double dt = now_seconds() - t0;
+    free(ids), free(pos), free(tables), free(slots);
+    return dt;
+}
+
+static void bench_forward(int threads, const int *batches, int nb, int ctx, int steps,
+                          int prefill, double bw) {
+    ModelConfig cfg;
+    qwen3_06b_config(&cfg);
+    ModelWeights w;
+    uint16_t *blob;
+    double t0 = now_seconds();
+    size_t wbytes = synthetic_weights(&cfg, &w, &blob);
+    /* bytes one decode step reads: everything but the embedding table, whose one row per token
+     * is negligible; the tied lm_head reads it in full */
+    printf("synthetic qwen3-0.6b: %.2f GB of bf16 weights (built in %.1f s)\n", wbytes / 1e9,
+           now_seconds() - t0);
+    int maxB = prefill;
+    for (int i = 0; i < nb; i++)
+        if (batches[i] > maxB) maxB = batches[i];
+    const int block_size = 16, max_len = (ctx > prefill ? ctx : prefill) + steps + 8;
+    const int mbps = (max_len + block_size - 1) / block_size;
+    BackendOptions o = {.num_threads = threads, .max_num_tokens = maxB, .max_num_seqs = maxB,
+                        .max_model_len = mbps * block_size};
+    Backend *b = NULL;
+    CHECK(backend_cpu_create(&cfg, &w, &o, &b) == 0, "%s", cvllm_last_error());
+    int maxS = 0;
+    for (int i = 0; i < nb; i++)
+        if (batches[i] > maxS) maxS = batches[i];
+    if (maxS < 1) maxS = 1;
+    KVCacheSpec spec = {.num_blocks = maxS * mbps, .block_size = block_size, .dtype = DTYPE_F32};
+    CHECK(b->init_kv_cache(b, &spec) == 0, "%s", cvllm_last_error());
+    size_t nkv = 0;
+    float *kv = backend_cpu_kv_cache(b, &nkv);
+    for (size_t i = 0; i < nkv; i++) kv[i] = (float)(rnd32() >> 8) / 8388608.0f - 0.5f;
+    printf("cpu backend: %d threads, isa %s, KV cache %.1f MB\n", backend_cpu_num_threads(b),
+           cpu_isa_name(cpu_isa_get()), nkv * 4 / 1e6);
+    float *logits = xmalloc((size_t)maxB * cfg.vocab_size * sizeof(float));
+    const double step_bytes = (double)wbytes; /* layers + tied lm_head (embed rows negligible) */
+    double tok1 = 0;
+    for (int i = 0; i < nb; i++) {
+        int B = batches[i];
+        double dt = bench_decode(b, &cfg, B, ctx, steps, block_size, mbps, logits);
+        double tps = B / dt;
+        if (B == 1) tok1 = tps;
+        printf("decode B=%-3d ctx=%d: %7.2f ms/step  %7.1f tok/s  %6.1f GB/s of weights  "
+               "%6.1f GFLOP/s",
+               B, ctx, dt * 1e3, tps, step_bytes / dt / 1e9, 2.0 * B * step_bytes / 2 / dt / 1e9);
+        if (B == 1 && bw > 0)
+            printf("  (%.0f%% of the %.1f tok/s bandwidth bound)", 100.0 * tps / (bw * 1e9 / step_bytes),
+                   bw * 1e9 / step_bytes);
+        if (B > 1 && tok1 > 0) printf("  (%.2fx batch 1)", tps / tok1);
+        printf("\n");
+    }
+    if (prefill > 0) {
+        double dt = bench_prefill(b, &cfg, prefill, block_size, mbps, logits);
+        printf("prefill of %d tokens: %.2f s  %.1f tok/s  %.1f GFLOP/s\n", prefill, dt,
+               prefill / dt, 2.0 * prefill * (step_bytes / 2 - (double)cfg.vocab_size * cfg.hidden_size) / dt / 1e9);
+    }
+    free(logits);
+    b->destroy(b);
+    free(w.layers);
+    free(blob);
+}
+
+/* ---------------------------------------------------------------- command line */
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: cvllm bench ops [bw|matmul|forward|all] [options]\n"
+            "  --threads N      threads (0 = all cores; default 0)\n"
+            "  --isa NAME       scalar | avx2 | avx512 (default: best)\n"
+            "  --bw-gb G        bandwidth array size in GB (default 1)\n"
+            "  --batches LIST   decode batch sizes, e.g. 1,16 (default 1,16)\n"
+            "  --ctx N          cached context per sequence (default 128)\n"
+            "  --steps N        timed decode steps (default 10)\n"
+            "  --prefill N      also time one prefill of N tokens (default 0)\n");
+}
+
+int bench_cpu_ops(int argc, char **argv) {
+    const char *what = "all";
+    int threads = 0, ctx = 128, steps = 10, prefill = 0, batches[16] = {1, 16}, nb = 2;
+    double bw_gb = 1.0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage();
+            return 0;
+        } else if (a[0] != '-') {
+            what = a;
+        } else if (v && !strcmp(a, "--threads")) {
+            threads = atoi(v), i++;
+        } else if (v && !strcmp(a, "--isa")) {
+            cpu_isa_set(!strcmp(v, "scalar") ? CPU_ISA_SCALAR
+                        : !strcmp(v, "avx2") ? CPU_ISA_AVX2 : CPU_ISA_AVX512);
+            i++;
+        } else if (v && !strcmp(a, "--bw-gb")) {
+            bw_gb = atof(v), i++;
+        } else if (v && !strcmp(a, "--ctx")) {
+            ctx = atoi(v), i++;
+        } else if (v && !strcmp(a, "--steps")) {
+            steps = atoi(v), i++;
+        } else if (v && !strcmp(a, "--prefill")) {
+            prefill = atoi(v), i++;
+        } else if (v && !strcmp(a, "--batches")) {
+            nb = 0;
+            for (char *s = argv[++i]; *s && nb < 16;) {
+                batches[nb++] = (int)strtol(s, &s, 10);
+                if (*s == ',') s++;
+                else if (*s) break;
+            }
+        } else {
+            usage();
+            return 2;
+        }
+    }
+    if (steps < 1 || ctx < 0 || nb < 1) {
+        usage();
+        return 2;
+    }
+    int all = !strcmp(what, "all");
+    if (!all && strcmp(what, "bw") && strcmp(what, "matmul") && strcmp(what, "forward")) {
+        usage();
+        return 2;
+    }
+    ThreadPool *pool = threadpool_create(threads);
+    printf("cpu: %d threads, isa %s (best %s)\n", threadpool_size(pool), cpu_isa_name(cpu_isa_get()),
+           cpu_isa_name(cpu_isa_best()));
+    double bw = 0;
+    if (all || !strcmp(what, "bw") || !strcmp(what, "forward"))
+        bw = bench_bandwidth(pool, (int64_t)(bw_gb * 1e9), 7);
+    if (all || !strcmp(what, "matmul")) {
+        printf("bf16 matmul, qwen3-0.6b shapes (weights streamed from memory):\n");
+        static const struct { const char *name; int64_t N, K; } shapes[] = {
+            {"qkv", 4096, 1024}, {"o_proj", 1024, 2048}, {"gate/up", 3072, 1024},
+            {"down", 1024, 3072}, {"lm_head", 151936, 1024}};
+        for (int T = 1; T <= 16; T += 15)
+            for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+                bench_matmul_shape(pool, shapes[s].name, shapes[s].N, shapes[s].K, T, 3);
+    }
+    threadpool_destroy(pool);
+    if (all || !strcmp(what, "forward")) bench_forward(threads, batches, nb, ctx, steps, prefill, bw);
+    return 0;
+}
