@@ -228,7 +228,7 @@ static int parse_image(SafeTensors *st, const uint8_t *buf, size_t len, const ch
     }
 
     /* No two tensors may share bytes (empty tensors share nothing). */
-    qsort(spans, nspans, sizeof *spans, span_cmp);
+    if (nspans > 1) qsort(spans, nspans, sizeof *spans, span_cmp);
     uint64_t reach = 0;
     const char *reach_name = NULL;
     for (int i = 0; i < nspans; i++) {
@@ -253,7 +253,7 @@ done:
 
 /* Sorts by name and refuses a name defined twice (possible across shards). */
 static int finish(SafeTensors *st) {
-    qsort(st->entries, st->n, sizeof *st->entries, entry_cmp_name);
+    if (st->n > 1) qsort(st->entries, st->n, sizeof *st->entries, entry_cmp_name);
     for (int i = 1; i < st->n; i++)
         if (!strcmp(st->entries[i].t.name, st->entries[i - 1].t.name))
             return cvllm_errorf(CVLLM_EFORMAT, "tensor %s is defined in both %s and %s",
@@ -367,7 +367,8 @@ static int open_index(const char *model_dir, const char *index_path, SafeTensors
     json_object_foreach(wm, name, file) {
         const char *fn = json_string_value(file);
         Entry key = {.t = {.name = (char *)name}};
-        Entry *e = bsearch(&key, st->entries, st->n, sizeof *st->entries, entry_cmp_name);
+        Entry *e = st->n ? bsearch(&key, st->entries, st->n, sizeof *st->entries, entry_cmp_name)
+                         : NULL;
         int shard = 0;
         while (strcmp(shard_names[shard], fn) != 0) shard++;
         if (!e || e->file != shard) {
@@ -407,7 +408,7 @@ int safetensors_open(const char *model_dir, SafeTensors **out) {
 }
 
 const StTensor *safetensors_find(const SafeTensors *st, const char *name) {
-    if (!st) return NULL;
+    if (!st || st->n == 0) return NULL;
     Entry key = {.t = {.name = (char *)name}};
     Entry *e = bsearch(&key, st->entries, st->n, sizeof *st->entries, entry_cmp_name);
     return e ? &e->t : NULL;
