@@ -18,11 +18,12 @@ typedef struct {
 } Str;
 
 static void str_put(Str *b, const void *p, size_t n) {
+    if (n == 0 && b->s) return;
     if (b->n + n + 1 > b->cap) {
         b->cap = 2 * (b->n + n + 1) + 32;
         b->s = xrealloc(b->s, b->cap);
     }
-    memcpy(b->s + b->n, p, n);
+    if (n) memcpy(b->s + b->n, p, n);
     b->n += n;
     b->s[b->n] = 0;
 }

@@ -244,8 +244,8 @@ static int get_sym(Tokenizer *t, const char *s, size_t len) {
 
 static int parse_merges(Tokenizer *t, const TokJson *tj) {
     mergemap_init(&t->merges, tj->n_merges);
-    char *buf = NULL;
-    size_t buf_cap = 0;
+    size_t buf_cap = 64;
+    char *buf = xmalloc(buf_cap);
     for (size_t i = 0; i < tj->n_merges; i++) {
         const MergeStr *m = &tj->merges[i];
         const char *a = tj->m_arena + m->a_off, *b = tj->m_arena + m->b_off;
