@@ -641,8 +641,10 @@ static JValue *filter_plain(JRender *r, JValue *v, const JNode *f, JEnv *env) {
     if (v->kind == JV_LIST) {
         JList *l = v->list;
         if (IS("list")) return v;
-        if (IS("first")) return l->n ? l->v[0] : &jv_undefined;
-        if (IS("last")) return l->n ? l->v[l->n - 1] : &jv_undefined;
+        /* HF returns a raw JS undefined here, which breaks nearly every later use: an error */
+        if ((IS("first") || IS("last")) && l->n == 0) FAIL(r, pos, "'%.*s' of an empty list", (int)n, name);
+        if (IS("first")) return l->v[0];
+        if (IS("last")) return l->v[l->n - 1];
         if (IS("length")) return jv_int(A, (double)l->n);
         if (IS("reverse") || IS("sort") || IS("unique")) {
             JValue *out = jv_list(A);
