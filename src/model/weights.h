@@ -36,9 +36,12 @@ typedef struct {
 } ModelWeights;
 
 /* Binds every tensor the config requires, checking name, dtype (f32/f16/bf16) and shape; an
- * error names the tensor with expected and actual. Takes ownership of st on success. */
+ * error names the tensor with expected and actual ("missing tensor model.norm.weight",
+ * "...k_proj.weight: expected shape [256, 1024], got [512, 1024]"). Tensors the config does not
+ * need are ignored (a tied model's lm_head.weight). Takes ownership of st on success; on
+ * failure st stays the caller's and *w is zeroed. */
 int weights_bind(const ModelConfig *cfg, SafeTensors *st, ModelWeights *w);
-/* config_load + safetensors_open + weights_bind. */
+/* safetensors_open(model_dir) + weights_bind against cfg (from config_load). */
 int weights_load(const char *model_dir, const ModelConfig *cfg, ModelWeights *w);
 void weights_free(ModelWeights *w); /* accepts zeroed */
 
