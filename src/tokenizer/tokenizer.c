@@ -8,6 +8,7 @@
  * clean_up_tokenization_spaces defaults to true when the config does not say. Anything the file
  * names that we do not implement is refused with CVLLM_EUNSUPPORTED and a message, never ignored. */
 #include <jansson.h>
+#include <pthread.h>
 #include <string.h>
 #include <xxhash.h>
 
@@ -110,10 +111,10 @@ static void mergemap_put(MergeMap *mm, int32_t a, int32_t b, int32_t rank, int32
 
 static uint16_t g_b2c[256];
 static int16_t g_c2b[324];
-static int g_map_ready;
+static pthread_once_t g_map_once = PTHREAD_ONCE_INIT;
 
-static void byte_map_init(void) {
-    if (g_map_ready) return; /* benign race: every thread writes the same values */
+/* The GPT-2 map: printable Latin-1 bytes map to themselves, the other 68 to U+0100.. in order. */
+static void byte_map_fill(void) {
     int n = 0;
     for (int b = 0; b < 256; b++) {
         int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
@@ -121,8 +122,9 @@ static void byte_map_init(void) {
     }
     for (int c = 0; c < 324; c++) g_c2b[c] = -1;
     for (int b = 0; b < 256; b++) g_c2b[g_b2c[b]] = (int16_t)b;
-    g_map_ready = 1;
 }
+
+static void byte_map_init(void) { pthread_once(&g_map_once, byte_map_fill); }
 
 int tok_cp_to_byte(uint32_t cp) { return cp < 324 ? g_c2b[cp] : -1; }
 
