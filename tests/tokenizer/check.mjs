@@ -44,6 +44,16 @@ if (mode === "ids") {
       fail(`MISMATCH #${i} ${show(s)}\n  first difference at position ${k}\n  ref:    ${JSON.stringify(ref.slice(k, k + 12))}\n  cvllm:  ${JSON.stringify(got.slice(k, k + 12))}`);
     }
   });
+  // extra lines: random id sequences (byte tokens that form invalid UTF-8, special tokens, any id),
+  // for which only decoding is compared (tokenizers.js vs cvllm)
+  let seed = 12345;
+  const rnd = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
+  const vocabSize = tok.get_vocab().size;
+  for (let k = 0; k < 500; k++) {
+    const ids = [];
+    for (let i = 1 + rnd(30); i > 0; i--) ids.push(rnd(4) === 0 ? rnd(vocabSize) : rnd(3) === 0 ? 151643 + rnd(26) : rnd(256));
+    lines.push(JSON.stringify(ids));
+  }
   fs.writeFileSync(outPath, lines.join("\n") + "\n");
   console.log(`ids: ${corpus.length - bad}/${corpus.length} strings identical to tokenizers.js`);
 } else if (mode === "decode") {
@@ -59,7 +69,12 @@ if (mode === "ids") {
       if (decSkip[i] !== refSkip) fail(`DECODE skip_special #${i} ${show(s)}\n  cvllm: ${show(decSkip[i])}\n  ref:   ${show(refSkip)}`);
     }
   });
-  console.log(`decode: ${corpus.length} strings checked, ${bad} problems`);
+  for (let i = corpus.length; i < ids.length; i++) {
+    const ref = tok.decode(ids[i]), refSkip = tok.decode(ids[i], { skip_special_tokens: true });
+    if (dec[i] !== ref) fail(`DECODE random ids ${JSON.stringify(ids[i])}\n  cvllm: ${show(dec[i] ?? "<missing>")}\n  ref:   ${show(ref)}`);
+    if (decSkip[i] !== refSkip) fail(`DECODE skip_special random ids ${JSON.stringify(ids[i])}\n  cvllm: ${show(decSkip[i] ?? "<missing>")}\n  ref:   ${show(refSkip)}`);
+  }
+  console.log(`decode: ${corpus.length} strings and ${ids.length - corpus.length} random id lists checked, ${bad} problems`);
 } else {
   console.error("usage: node check.mjs ids|decode ...");
   process.exit(2);

@@ -1,7 +1,8 @@
 // make_corpus.mjs: writes the tokenizer test corpus to stdout, one JSON string per line.
-// Deterministic (seeded PRNG, no Date/Math.random), so the same ~2,400 strings come out on every
+// Deterministic (seeded PRNG, no Date/Math.random), so the same 3,000 strings come out on every
 // machine. Hand-written edge cases first, then random mixtures of fragments from many scripts,
-// emoji sequences, decomposed characters, exotic whitespace, code, numbers and special tokens.
+// emoji sequences, decomposed characters, exotic whitespace, code, numbers and special tokens,
+// then strings of random code points drawn from many Unicode blocks.
 // Characters are kept to Unicode <= 13 so that utf8proc / PCRE2 / node agree on their properties.
 //
 // usage: node make_corpus.mjs > corpus.jsonl
@@ -104,6 +105,22 @@ while (out.length < 2400) {
   }
   if (rand() < 0.1) s = " " + s;
   if (rand() < 0.05) s = s.trimEnd();
+  add(s);
+}
+// 3. random code points from many blocks (combining marks, jamo, emoji modifiers, exotic spaces)
+const ranges = [[0x20, 0x7e], [0x9, 0xd], [0xa0, 0x17f], [0x300, 0x36f], [0x370, 0x3ff], [0x400, 0x4ff],
+                [0x590, 0x5ff], [0x600, 0x6ff], [0x900, 0x97f], [0xe00, 0xe7f], [0x1100, 0x11ff],
+                [0x2000, 0x206f], [0x3000, 0x30ff], [0x4e00, 0x4fff], [0xac00, 0xad00], [0x1f300, 0x1f64f],
+                [0x1f3fb, 0x1f3ff], [0x200d, 0x200d], [0xfe0f, 0xfe0f], [0x1f1e6, 0x1f1ff], [0xff00, 0xffef],
+                [0x85, 0x85], [0x2028, 0x2029]];
+while (out.length < 3000) {
+  let s = "";
+  for (let i = rint(1, 40); i > 0; i--) {
+    if (rand() < 0.03) { s += pick(scripts.special); continue; }
+    const r = pick(ranges);
+    s += String.fromCodePoint(rint(r[0], r[1]));
+    if (rand() < 0.2) s += " ";
+  }
   add(s);
 }
 for (const s of out) process.stdout.write(JSON.stringify(s) + "\n");
