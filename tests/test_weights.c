@@ -375,6 +375,46 @@ static void test_mkmodel_presets(void **state) {
     }
 }
 
+/* Folders written by transformers 5.17 (scripts/gen_golden.py): qwen3 (bf16, untied),
+ * qwen2 (f32, 5 shards + index, MQA, biases, tied), llama (f16, llama3 rope_parameters). */
+static void test_golden_fixtures(void **state) {
+    (void)state;
+    const char *dirs[] = {"tests/fixtures/golden/qwen3", "tests/fixtures/golden/qwen2",
+                          "tests/fixtures/golden/llama"};
+    const ModelArch archs[] = {ARCH_QWEN3, ARCH_QWEN2, ARCH_LLAMA};
+    const DType dtypes[] = {DTYPE_BF16, DTYPE_F32, DTYPE_F16};
+    int found = 0;
+    for (int i = 0; i < 3; i++) {
+        char *cj = path_join(dirs[i], "config.json");
+        int have = access(cj, R_OK) == 0;
+        free(cj);
+        if (!have) continue;
+        found++;
+        ModelConfig c;
+        ModelWeights w;
+        if (config_load(dirs[i], &c) != 0) fail_msg("%s", cvllm_last_error());
+        assert_int_equal(c.arch, archs[i]);
+        assert_int_equal(c.torch_dtype, dtypes[i]);
+        if (weights_load(dirs[i], &c, &w) != 0) fail_msg("%s", cvllm_last_error());
+        assert_int_equal(w.embed_tokens.dtype, dtypes[i]);
+        assert_int_equal(w.layers[c.num_hidden_layers - 1].down_proj.cols, c.intermediate_size);
+        if (archs[i] == ARCH_QWEN2) {
+            assert_non_null(w.layers[0].q_bias.data);
+            assert_int_equal(c.num_key_value_heads, 1);
+            assert_ptr_equal(w.lm_head.data, w.embed_tokens.data);
+            assert_true(c.rope_theta == 1000000.0);
+        }
+        if (archs[i] == ARCH_LLAMA) {
+            assert_int_equal(c.rope_type, ROPE_LLAMA3);
+            assert_true(c.rope_factor == 8.0 && c.rope_high_freq_factor == 4.0);
+            assert_int_equal(c.rope_original_max_position, 64);
+        }
+        if (archs[i] == ARCH_QWEN3) assert_non_null(w.layers[0].k_norm.data);
+        weights_free(&w);
+    }
+    if (!found) skip();
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_qwen3_untied, setup, teardown),
@@ -384,6 +424,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_biases, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bind_ownership, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mkmodel_presets, setup, teardown),
+        cmocka_unit_test(test_golden_fixtures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
