@@ -349,13 +349,13 @@ static void check_attention(CpuIsa isa, int H, int KVH, int d, int bs) {
     float *out[2], *ref = xmalloc((size_t)H * d * sizeof(float));
     for (int r = 0; r < 2; r++) {
         ThreadPool *pool = threadpool_create(r + 1);
-        float *scratch = xmalloc(2 * 128 * sizeof(float));
+        float *scratch = xmalloc(2 * 512 * sizeof(float)); /* threads x group * context */
         out[r] = xmalloc((size_t)T * H * d * sizeof(float));
         AttentionArgs a = {.q = q, .out = out[r], .k_cache = kcache, .v_cache = vcache,
                            .num_tokens = T, .n_heads = H, .n_kv_heads = KVH, .head_dim = d,
                            .block_size = bs, .scale = 1.0f / sqrtf((float)d), .positions = pos,
                            .token_seq = tseq, .block_tables = tables, .max_blocks_per_seq = mbps,
-                           .scratch = scratch, .scratch_stride = 128};
+                           .scratch = scratch, .scratch_stride = 512};
         CpuIsa prev = cpu_isa_get();
         cpu_isa_set(isa);
         attention_cpu(pool, &a);

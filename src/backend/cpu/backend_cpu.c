@@ -32,9 +32,19 @@ typedef struct {
     float *bq, *bk, *bv;        /* [heads*head_dim], [kv*head_dim] x2, or NULL */
 } LayerParams;
 
+/* CVLLM_CPU_PROFILE=1: wall time per op, printed when the backend is destroyed. */
+enum { PROF_NORMS, PROF_QKV, PROF_ROPE_STORE, PROF_ATTENTION, PROF_O, PROF_GATE_UP, PROF_DOWN,
+       PROF_LM_HEAD, PROF_N };
+static const char *const PROF_NAMES[PROF_N] = {"norms+residual+embed", "qkv", "qk_norm+rope+store",
+                                               "attention", "o_proj", "gate_up+silu", "down",
+                                               "lm_head"};
+
 typedef struct {
     ModelConfig cfg;
     const ModelWeights *w; /* borrowed */
+    int profile;
+    double prof[PROF_N], prof_t;
+    int64_t prof_steps;
     BackendOptions opt;
     ThreadPool *pool;      /* owned */
     int hidden, heads, kv_heads, head_dim, q_dim, kv_dim, inter, vocab, layers;
@@ -50,7 +60,7 @@ typedef struct {
     float *g, *u;          /* [T, inter] */
     float *xp;             /* [T, max(hidden, q_dim, inter)]: matmul inputs, permuted (AVX2 bf16) */
     float *cos_t, *sin_t;  /* [T, head_dim/2] */
-    float *scores;         /* [nth, max_model_len] attention scratch */
+    float *scores;         /* [nth, heads/kv_heads * max_model_len] attention scratch */
     int32_t *token_seq;    /* [T] */
 
     float *kv;             /* owned: [2, layers, num_blocks, block_size, kv_heads, head_dim] */
@@ -125,6 +135,8 @@ int backend_cpu_create(const ModelConfig *cfg, const ModelWeights *w, const Back
     c->w = w;
     c->opt = *o;
     c->pool = threadpool_create(o->num_threads);
+    const char *prof = getenv("CVLLM_CPU_PROFILE");
+    c->profile = prof && *prof && strcmp(prof, "0") != 0;
     c->hidden = H;
     c->heads = cfg->num_attention_heads;
     c->kv_heads = cfg->num_key_value_heads;
@@ -161,10 +173,11 @@ int backend_cpu_create(const ModelConfig *cfg, const ModelWeights *w, const Back
     rope_inv_freq_cpu(cfg, hd, c->inv_freq);
 
     /* activation workspace */
-    const size_t T = (size_t)o->max_num_tokens, nth = (size_t)threadpool_size(c->pool);
+    const size_t T = (size_t)o->max_num_tokens, nth = (size_t)threadpool_size(c->pool),
+                 group = (size_t)(c->heads / c->kv_heads);
     size_t kmax = (size_t)(H > qd ? H : qd) > (size_t)I ? (size_t)(H > qd ? H : qd) : (size_t)I;
     size_t nws = T * (3 * (size_t)H + 2 * (size_t)qd + 2 * (size_t)kvd + 2 * (size_t)I + (size_t)hd + kmax) +
-                 nth * (size_t)o->max_model_len + T;
+                 nth * (size_t)o->max_model_len * group + T;
     c->ws = xmalloc(nws * sizeof(float));
     cur = c->ws;
 #define CARVE(ptr, n) (ptr = cur, cur += (n))
@@ -180,7 +193,7 @@ int backend_cpu_create(const ModelConfig *cfg, const ModelWeights *w, const Back
     CARVE(c->xp, T * kmax);
     CARVE(c->cos_t, T * (hd / 2));
     CARVE(c->sin_t, T * (hd / 2));
-    CARVE(c->scores, nth * (size_t)o->max_model_len);
+    CARVE(c->scores, nth * (size_t)o->max_model_len * group);
 #undef CARVE
     c->token_seq = (int32_t *)cur;
     cur += T;
@@ -200,6 +213,14 @@ int backend_cpu_create(const ModelConfig *cfg, const ModelWeights *w, const Back
 static void cpu_destroy(Backend *b) {
     if (!b) return;
     CpuBackend *c = b->ctx;
+    if (c && c->profile && c->prof_steps) {
+        double total = 0;
+        for (int k = 0; k < PROF_N; k++) total += c->prof[k];
+        fprintf(stderr, "cpu backend profile: %lld steps, %.3f s\n", (long long)c->prof_steps, total);
+        for (int k = 0; k < PROF_N; k++)
+            fprintf(stderr, "  %-22s %8.3f s  %5.1f%%\n", PROF_NAMES[k], c->prof[k],
+                    100.0 * c->prof[k] / total);
+    }
     if (c) {
         threadpool_destroy(c->pool);
         free(c->params);
@@ -307,6 +328,14 @@ static int validate(const CpuBackend *c, const StepInputs *in) {
     return 0;
 }
 
+/* Charges the time since the last mark to op k (when profiling). */
+static void prof_mark(CpuBackend *c, int k) {
+    if (!c->profile) return;
+    double t = now_seconds();
+    c->prof[k] += t - c->prof_t;
+    c->prof_t = t;
+}
+
 static void add_inplace(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
@@ -323,7 +352,9 @@ static void layer_forward(CpuBackend *c, int l, const StepInputs *in) {
     MatmulPart qkv[3] = {{&lw->q_proj, p->bq, c->q, c->q_dim},
                          {&lw->k_proj, p->bk, c->k, c->kv_dim},
                          {&lw->v_proj, p->bv, c->v, c->kv_dim}};
+    prof_mark(c, PROF_NORMS);
     matmul_cpu(c->pool, c->h, H, T, qkv, 3, c->xp);
+    prof_mark(c, PROF_QKV);
     for (int t = 0; t < T; t++) {
         float *q = c->q + (int64_t)t * c->q_dim, *k = c->k + (int64_t)t * c->kv_dim;
         if (p->q_norm) {
@@ -345,24 +376,30 @@ static void layer_forward(CpuBackend *c, int l, const StepInputs *in) {
         memcpy(kc + slot * c->kv_dim, c->k + (int64_t)t * c->kv_dim, c->kv_dim * sizeof(float));
         memcpy(vc + slot * c->kv_dim, c->v + (int64_t)t * c->kv_dim, c->kv_dim * sizeof(float));
     }
+    prof_mark(c, PROF_ROPE_STORE);
     AttentionArgs aa = {.q = c->q, .out = c->att, .k_cache = kc, .v_cache = vc, .num_tokens = T,
                         .n_heads = c->heads, .n_kv_heads = c->kv_heads, .head_dim = hd,
                         .block_size = c->block_size, .scale = 1.0f / sqrtf((float)hd),
                         .positions = in->positions, .token_seq = c->token_seq,
                         .block_tables = in->block_tables,
                         .max_blocks_per_seq = in->max_blocks_per_seq, .scratch = c->scores,
-                        .scratch_stride = c->opt.max_model_len};
+                        .scratch_stride = (int64_t)c->opt.max_model_len * (c->heads / c->kv_heads)};
     attention_cpu(c->pool, &aa);
+    prof_mark(c, PROF_ATTENTION);
     MatmulPart o = {&lw->o_proj, NULL, c->tmp, H};
     matmul_cpu(c->pool, c->att, c->q_dim, T, &o, 1, c->xp);
+    prof_mark(c, PROF_O);
     add_inplace(c->x, c->tmp, (int64_t)T * H);
 
     /* MLP block */
     for (int t = 0; t < T; t++)
         rmsnorm_cpu(c->h + (int64_t)t * H, c->x + (int64_t)t * H, p->post_norm, H, eps);
+    prof_mark(c, PROF_NORMS);
     gate_up_silu_cpu(c->pool, c->h, T, &lw->gate_proj, &lw->up_proj, c->g, c->u, c->xp);
+    prof_mark(c, PROF_GATE_UP);
     MatmulPart down = {&lw->down_proj, NULL, c->tmp, H};
     matmul_cpu(c->pool, c->g, c->inter, T, &down, 1, c->xp);
+    prof_mark(c, PROF_DOWN);
     add_inplace(c->x, c->tmp, (int64_t)T * H);
 }
 
@@ -372,6 +409,10 @@ static int cpu_forward(Backend *b, const StepInputs *in, float *logits) {
     if (rc) return rc;
     const int T = in->num_tokens, H = c->hidden, half = c->head_dim / 2;
     const ModelWeights *w = c->w;
+    if (c->profile) {
+        c->prof_t = now_seconds();
+        c->prof_steps++;
+    }
 
     for (int s = 0; s < in->num_seqs; s++)
         for (int t = in->cu_seqlens_q[s]; t < in->cu_seqlens_q[s + 1]; t++) c->token_seq[t] = s;
@@ -383,11 +424,16 @@ static int cpu_forward(Backend *b, const StepInputs *in, float *logits) {
     }
     for (int l = 0; l < c->layers; l++) layer_forward(c, l, in);
 
-    if (in->num_logits == 0) return 0;
+    if (in->num_logits == 0) {
+        prof_mark(c, PROF_NORMS);
+        return 0;
+    }
     for (int i = 0; i < in->num_logits; i++)
         rmsnorm_cpu(c->h + (int64_t)i * H, c->x + (int64_t)in->logits_indices[i] * H, c->final_norm,
                     H, c->cfg.rms_norm_eps);
+    prof_mark(c, PROF_NORMS);
     MatmulPart head = {&w->lm_head, NULL, logits, c->vocab};
     matmul_cpu(c->pool, c->h, H, in->num_logits, &head, 1, c->xp);
+    prof_mark(c, PROF_LM_HEAD);
     return 0;
 }

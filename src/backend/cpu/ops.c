@@ -287,50 +287,59 @@ typedef struct {
     int use_avx2;
 } AttentionJob;
 
-static void attention_task(const AttentionArgs *a, int use_avx2, float *scores, int t, int h) {
-    const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads, kvh = h / group;
+/* Token t, query heads of kv head kvh: the reference path, one head after the other. */
+static void attention_task(const AttentionArgs *a, int use_avx2, float *scores, int t, int kvh) {
+    const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
     const int64_t kv_stride = (int64_t)a->n_kv_heads * hd;
     const int s = a->token_seq[t], n = a->positions[t] + 1, bs = a->block_size;
     const int32_t *table = a->block_tables + (int64_t)s * a->max_blocks_per_seq;
-    const float *q = a->q + ((int64_t)t * a->n_heads + h) * hd;
-    float *o = a->out + ((int64_t)t * a->n_heads + h) * hd;
-
-    float mx = -INFINITY;
-    for (int j = 0; j < n; j++) {
-        int64_t slot = (int64_t)table[j / bs] * bs + j % bs;
-        const float *k = a->k_cache + slot * kv_stride + (int64_t)kvh * hd;
-        float sc = (use_avx2 ? dot_f32_avx2(q, k, hd) : dot_f32_scalar(q, k, hd)) * a->scale;
-        scores[j] = sc;
-        if (sc > mx) mx = sc;
+    const float *q = a->q + ((int64_t)t * a->n_heads + (int64_t)kvh * group) * hd;
+    float *out = a->out + ((int64_t)t * a->n_heads + (int64_t)kvh * group) * hd;
+#if defined(__x86_64__)
+    if (use_avx2) {
+        attention_group_avx2(q, out, group, a->k_cache + (int64_t)kvh * hd,
+                             a->v_cache + (int64_t)kvh * hd, table, n, bs, kv_stride, hd,
+                             a->scale, scores);
+        return;
     }
-    float sum = 0.0f;
-    for (int j = 0; j < n; j++) {
-        scores[j] = expf(scores[j] - mx);
-        sum += scores[j];
-    }
-    memset(o, 0, (size_t)hd * sizeof(float));
-    for (int j = 0; j < n; j++) {
-        int64_t slot = (int64_t)table[j / bs] * bs + j % bs;
-        const float *v = a->v_cache + slot * kv_stride + (int64_t)kvh * hd;
-        if (use_avx2)
-            axpy_f32_avx2(o, scores[j], v, hd);
-        else
+#endif
+    for (int g = 0; g < group; g++) {
+        const float *qg = q + g * hd;
+        float *o = out + g * hd;
+        float mx = -INFINITY;
+        for (int j = 0; j < n; j++) {
+            int64_t slot = (int64_t)table[j / bs] * bs + j % bs;
+            const float *k = a->k_cache + slot * kv_stride + (int64_t)kvh * hd;
+            float sc = dot_f32_scalar(qg, k, hd) * a->scale;
+            scores[j] = sc;
+            if (sc > mx) mx = sc;
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < n; j++) {
+            scores[j] = expf(scores[j] - mx);
+            sum += scores[j];
+        }
+        memset(o, 0, (size_t)hd * sizeof(float));
+        for (int j = 0; j < n; j++) {
+            int64_t slot = (int64_t)table[j / bs] * bs + j % bs;
+            const float *v = a->v_cache + slot * kv_stride + (int64_t)kvh * hd;
             axpy_f32_scalar(o, scores[j], v, hd);
+        }
+        const float inv = 1.0f / sum;
+        for (int i = 0; i < hd; i++) o[i] *= inv;
     }
-    const float inv = 1.0f / sum;
-    for (int i = 0; i < hd; i++) o[i] *= inv;
 }
 
 static void attention_job(void *ctx, int64_t task, int thread) {
     AttentionJob *j = ctx;
     float *scores = j->a->scratch + (int64_t)thread * j->a->scratch_stride;
-    attention_task(j->a, j->use_avx2, scores, (int)(task / j->a->n_heads),
-                   (int)(task % j->a->n_heads));
+    attention_task(j->a, j->use_avx2, scores, (int)(task / j->a->n_kv_heads),
+                   (int)(task % j->a->n_kv_heads));
 }
 
 void attention_cpu(ThreadPool *pool, const AttentionArgs *a) {
     CHECK(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0, "heads %d, kv heads %d",
           a->n_heads, a->n_kv_heads);
     AttentionJob j = {.a = a, .use_avx2 = cpu_isa_get() >= CPU_ISA_AVX2};
-    threadpool_run(pool, attention_job, &j, (int64_t)a->num_tokens * a->n_heads);
+    threadpool_run(pool, attention_job, &j, (int64_t)a->num_tokens * a->n_kv_heads);
 }
