@@ -209,10 +209,11 @@ static json_t *config_json(const Preset *p, DType dt) {
     json_object_set_new(c, "num_hidden_layers", json_integer(p->layers));
     json_object_set_new(c, "num_key_value_heads", json_integer(p->kv_heads));
     json_object_set_new(c, "rms_norm_eps", json_real(p->eps));
-    /* 5.x reads rope_parameters; 4.x reads rope_theta and rope_scaling. */
+    /* 5.x reads rope_parameters; 4.x reads rope_theta and rope_scaling (written only when not
+     * default: 4.x's default is null, and 5.x prefers a non-null rope_scaling when present). */
     json_object_set_new(c, "rope_parameters", rope_dict(p, 1));
     json_object_set_new(c, "rope_theta", num(p->theta));
-    json_object_set_new(c, "rope_scaling", p->rope == ROPE_DEFAULT ? json_null() : rope_dict(p, 0));
+    if (p->rope != ROPE_DEFAULT) json_object_set_new(c, "rope_scaling", rope_dict(p, 0));
     json_object_set_new(c, "tie_word_embeddings", json_boolean(p->tie));
     json_object_set_new(c, "transformers_version", json_string("5.0.0"));
     json_object_set_new(c, "use_cache", json_true());
