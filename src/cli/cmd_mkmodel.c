@@ -171,14 +171,9 @@ static int write_tensor(StWriter *w, const Spec *s, uint64_t seed, float *fbuf, 
 
 /* ---- json files ------------------------------------------------------------------------------ */
 
-static json_t *num(double x) { /* integers print as integers, like Python's json for ints */
-    if (x == floor(x) && fabs(x) < 1e15) return json_integer((json_int_t)x);
-    return json_real(x);
-}
-
 static json_t *rope_dict(const Preset *p, int with_theta) {
     json_t *r = json_object();
-    if (with_theta) json_object_set_new(r, "rope_theta", num(p->theta));
+    if (with_theta) json_object_set_new(r, "rope_theta", json_real(p->theta));
     if (p->rope == ROPE_LLAMA3) {
         json_object_set_new(r, "rope_type", json_string("llama3"));
         json_object_set_new(r, "factor", json_real(8.0));
@@ -212,7 +207,7 @@ static json_t *config_json(const Preset *p, DType dt) {
     /* 5.x reads rope_parameters; 4.x reads rope_theta and rope_scaling (written only when not
      * default: 4.x's default is null, and 5.x prefers a non-null rope_scaling when present). */
     json_object_set_new(c, "rope_parameters", rope_dict(p, 1));
-    json_object_set_new(c, "rope_theta", num(p->theta));
+    json_object_set_new(c, "rope_theta", json_real(p->theta));
     if (p->rope != ROPE_DEFAULT) json_object_set_new(c, "rope_scaling", rope_dict(p, 0));
     json_object_set_new(c, "tie_word_embeddings", json_boolean(p->tie));
     json_object_set_new(c, "transformers_version", json_string("5.0.0"));
