@@ -1,6 +1,7 @@
 /* tok_internal.h: the Tokenizer struct and the helpers shared by the tokenizer's .c files
- * (tokenizer.c: loading; tok_pretok.c: regex split; tok_encode.c: added tokens, normalizer, BPE;
- * tok_decode.c: decoding and streaming). Not part of the public API.
+ * (tokenizer.c: loading, hash tables; tok_json.c: fast tokenizer.json scan; tok_pretok.c: UTF-8 and
+ * regex split; tok_encode.c: added tokens, normalizer, BPE; tok_decode.c: decoding and streaming).
+ * Not part of the public API.
  *
  * Symbols ("syms"): every string the BPE model can produce gets an int32 id. Strings of the
  * vocabulary (and added tokens, which override a vocabulary entry with the same content, as
@@ -126,8 +127,8 @@ struct Tokenizer {
 /* The GPT-2 byte-level map, inverse direction: code point -> byte, or -1. */
 int tok_cp_to_byte(uint32_t cp);
 
-/* Returns 0 when s[0..len) is valid UTF-8, else the offset of the first bad byte + 1 ... as
- * a negative: -(offset + 1). */
+/* Returns 0 when s[0..len) is valid UTF-8 (no overlongs, surrogates or code points > U+10FFFF),
+ * else -(offset of the first bad byte + 1). */
 long tok_utf8_check(const char *s, size_t len);
 /* Decodes one code point of valid UTF-8 at s; stores its byte length in *n. */
 uint32_t tok_utf8_next(const char *s, int *n);
