@@ -246,7 +246,7 @@ static JValue *eval_inner(JRender *r, const JNode *n, JEnv *env) {
         jinja_eval_args(r, &n->l1, env, args->list, kw->dict);
         if (kw->dict->n) jlist_push(A, args->list, kw);
         JValue *fn = jinja_eval(r, n->a, env);
-        return jinja_call(r, fn, args->list, env, n->a->kind == N_MEMBER ? n->a->pos : n->pos);
+        return jinja_call(r, fn, args->list, env, n->a->pos);
     }
     case N_MEMBER: {
         JValue *obj = jinja_eval(r, n->a, env), *prop;

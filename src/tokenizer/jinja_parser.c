@@ -530,6 +530,10 @@ static JNode *parse_statement(Parser *P) {
     } else if (str_is(name->val, "call") || str_is(name->val, "filter")) {
         jinja_fail(P->c, CVLLM_EUNSUPPORTED, pos, "unsupported construct: {%% %.*s %%} block",
                    (int)name->val.n, name->val.s);
+    } else if (name->val.n >= 3 && (!memcmp(name->val.s, "end", 3) || str_is(name->val, "elif") ||
+                                     str_is(name->val, "else"))) {
+        jinja_fail(P->c, CVLLM_EFORMAT, open_pos, "unexpected {%% %.*s %%} (no matching open block)",
+                   (int)(name->val.n > 40 ? 40 : name->val.n), name->val.s);
     } else {
         jinja_fail(P->c, CVLLM_EUNSUPPORTED, open_pos, "unsupported or unknown statement '%.*s'",
                    (int)(name->val.n > 40 ? 40 : name->val.n), name->val.s);
