@@ -41,6 +41,8 @@ void strmap_free(StrMap *m);
 uint32_t strmap_put(StrMap *m, const char *key, size_t len, int32_t val);
 /* Returns the value for key, or -1 when absent. */
 int32_t strmap_get(const StrMap *m, const char *key, size_t len);
+int32_t strmap_get_h(const StrMap *m, const char *key, size_t len, uint64_t h); /* h = tok_hash */
+void strmap_prefetch(const StrMap *m, uint64_t h); /* a hint before a batch of lookups */
 uint64_t tok_hash(const void *p, size_t len); /* never 0 */
 
 /* (left sym, right sym) -> (rank, merged sym). */
