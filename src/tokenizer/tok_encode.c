@@ -268,6 +268,30 @@ void tok_bpe_word(const Tokenizer *t, EncodeCtx *c, const char *w, size_t len, I
 
 /* ---------------------------------------------------------------- normalizer */
 
+/* 1 when form f may change text: ASCII is invariant under every form; below U+0300 (lead bytes
+ * < 0xCC) nothing composes or has a canonical singleton, so NFC leaves such text alone. */
+static int norm_may_change(NormForm f, const char *text, size_t len) {
+    const uint8_t *s = (const uint8_t *)text;
+    uint8_t limit = f == NORM_NFC ? 0xCC : 0x80;
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        if (!(w & 0x8080808080808080ull)) continue; /* 8 ASCII bytes */
+        for (int k = 0; k < 8; k++)
+            if (s[i + k] >= limit) return 1;
+    }
+    for (; i < len; i++)
+        if (s[i] >= limit) return 1;
+    return 0;
+}
+
+int tok_normalize_needed(const Tokenizer *t, const char *text, size_t len) {
+    for (int k = 0; k < t->n_norms; k++)
+        if (norm_may_change(t->norms[k], text, len)) return 1;
+    return 0;
+}
+
 char *tok_normalize(const Tokenizer *t, const char *text, size_t len, size_t *out_len) {
     char *cur = xmalloc(len + 1);
     memcpy(cur, text, len);
@@ -275,11 +299,7 @@ char *tok_normalize(const Tokenizer *t, const char *text, size_t len, size_t *ou
     size_t cur_len = len;
     for (int k = 0; k < t->n_norms; k++) {
         NormForm f = t->norms[k];
-        /* fast paths: ASCII is invariant under every form; below U+0300 (lead byte < 0xCC) nothing
-         * composes or has a canonical singleton, so NFC leaves it alone */
-        uint8_t limit = f == NORM_NFC ? 0xCC : 0x80, any = 0;
-        for (size_t i = 0; i < cur_len && !any; i++) any = (uint8_t)cur[i] >= limit;
-        if (!any) continue;
+        if (!norm_may_change(f, cur, cur_len)) continue;
         int opts = UTF8PROC_STABLE |
                    (f == NORM_NFC || f == NORM_NFKC ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE) |
                    (f == NORM_NFKC || f == NORM_NFKD ? UTF8PROC_COMPAT : 0);
@@ -392,9 +412,13 @@ static int encode_text_section(const Tokenizer *t, EncodeCtx *ctx, const char *s
         idvec_push(out, id);
         return 0;
     }
-    size_t nlen;
-    char *norm = tok_normalize(t, s, len, &nlen);
-    if (!norm) return CVLLM_EINVAL;
+    size_t nlen = len;
+    char *owned = NULL; /* the normalized copy, when normalization can change the text */
+    if (tok_normalize_needed(t, s, len)) {
+        owned = tok_normalize(t, s, len, &nlen);
+        if (!owned) return CVLLM_EINVAL;
+    }
+    const char *norm = owned ? owned : s;
     int rc = 0;
     if (!t->has_norm_added) {
         rc = tok_pretokenize_and_bpe(t, ctx, norm, nlen, out);
@@ -412,7 +436,7 @@ static int encode_text_section(const Tokenizer *t, EncodeCtx *ctx, const char *s
         }
         free(secs);
     }
-    free(norm);
+    free(owned);
     return rc;
 }
 

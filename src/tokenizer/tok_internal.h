@@ -161,6 +161,8 @@ int tok_ctx_grow_jit_stack(EncodeCtx *ctx);
 /* Applies the normalizer chain; returns a malloc'd NUL-terminated text (a copy when there is no
  * normalizer) and its length in *out_len, or NULL with the error set. text must be valid UTF-8. */
 char *tok_normalize(const Tokenizer *t, const char *text, size_t len, size_t *out_len);
+/* 0 when the normalizer chain certainly leaves text unchanged (a cheap byte scan). */
+int tok_normalize_needed(const Tokenizer *t, const char *text, size_t len);
 
 /* tokenizer.json split by tok_json.c: model.vocab went straight into t->vocab, model.merges into a
  * list of string pairs, everything else into the jansson tree root. */
