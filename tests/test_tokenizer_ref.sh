@@ -3,7 +3,9 @@
 # real tokenizer files, over a deterministic corpus of ~2,400 strings (tests/tokenizer/make_corpus.mjs):
 #   1. ids: `cvllm tokenize --input-jsonl` must equal tokenizers.js encode() exactly;
 #   2. decode(encode(x)) == NFC(x), and decode (with and without skip_special) equals tokenizers.js;
-#   3. invalid UTF-8 gives a clear error, a non-zero exit and no crash.
+#   3. invalid UTF-8 gives a clear error, a non-zero exit and no crash;
+#   4. six small tokenizer.json variants (features Qwen3 lacks) against tokenizers.js;
+#   5. the command line (formats, usage errors).
 # Needs `make js` (tests/js/node_modules); fails loudly when the files are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,7 +46,15 @@ for bad in $'\xff' $'abc\xe2\x82' $'\xed\xa0\x80 surrogate' $'\xc0\xaf overlong'
   grep -q "not valid UTF-8" "$T/err" || fail "invalid UTF-8 $(printf %q "$bad"): unclear message: $(cat "$T/err")"
 done
 
-# 4. the command line: text, json output, detokenize, usage errors
+# 4. tokenizer.json features Qwen3 does not use, on a tiny vocabulary (tests/tokenizer/variants.mjs)
+mkdir -p "$T/variants"
+for v in $(node tests/tokenizer/variants.mjs gen "$T/variants"); do
+  "$BIN" tokenize "$T/variants/$v" --input-jsonl "$T/variants/texts.jsonl" --output json > "$T/variants/c_$v.json" ||
+    fail "cvllm tokenize on variant $v failed"
+done
+node tests/tokenizer/variants.mjs check "$T/variants"
+
+# 5. the command line: text, json output, detokenize, usage errors
 [ "$("$BIN" tokenize $Q --text 'Hello world')" = "9707,1879" ] || fail "tokenize 'Hello world'"
 [ "$("$BIN" tokenize $Q --text 'Hello world' --output json)" = "[9707, 1879]" ] || fail "--output json"
 [ "$("$BIN" detokenize $Q --ids 9707,1879,151645)" = "Hello world<|im_end|>" ] || fail "detokenize"

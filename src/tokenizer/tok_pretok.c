@@ -230,7 +230,7 @@ int tok_regex_compile(const char *pattern, int literal, pcre2_code **out, int *j
     char *rx = literal ? xstrdup(pattern) : rewrite_pattern(pattern);
     int err;
     PCRE2_SIZE off;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP); /* LITERAL refuses UCP */
     pcre2_code *code = pcre2_compile((PCRE2_SPTR)rx, PCRE2_ZERO_TERMINATED, opts, &err, &off, NULL);
     if (!code) {
         char msg[256];
