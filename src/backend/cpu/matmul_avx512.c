@@ -44,8 +44,14 @@ INLINE void tile(const MatmulArgs *a, int t0, int64_t n0, const int TT, const in
         x[t] = a->x + (int64_t)(t0 + t) * a->ldx;
         for (int r = 0; r < RR; r++) acc[t][r] = _mm512_setzero_ps();
     }
+    /* T == 1: prefetch the next tile's contiguous rows while this one is consumed (see avx2) */
+    const char *pf = (const char *)a->w + (n0 + RR) * K * (dt == DTYPE_F32 ? 4 : 2);
+    const int64_t pf_step = RR * 16 * (dt == DTYPE_F32 ? 4 : 2);
     for (int64_t k = 0; k < K16; k += 16) {
-        if (TT == 1) { /* widen each weight chunk right where it is used: 8 + 1 registers */
+        if (TT == 1) {
+            for (int64_t b = 0; b < pf_step; b += 64)
+                _mm_prefetch(pf + k / 16 * pf_step + b, _MM_HINT_T0);
+            /* widen each weight chunk right where it is used: 8 + 1 registers */
             __m512 xv = _mm512_loadu_ps(x[0] + k);
             for (int r = 0; r < RR; r++)
                 acc[0][r] = _mm512_fmadd_ps(xv, load_w16(a->w, (n0 + r) * K + k, dt), acc[0][r]);
