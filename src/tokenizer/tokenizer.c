@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "common.h"
@@ -580,6 +581,17 @@ int tokenizer_load(const char *dir, Tokenizer **out) {
     free(json);
     free(cfg);
     if (rc < 0) return cvllm_error_wrap(rc, "%s", dir);
+    /* transformers 5 saves the template beside the config, in chat_template.jinja */
+    if (!(*out)->chat_template) {
+        path = path_join(dir, "chat_template.jinja");
+        if (access(path, R_OK) == 0 && !((*out)->chat_template = read_file(path, NULL))) {
+            free(path);
+            tokenizer_free(*out);
+            *out = NULL;
+            return cvllm_error_wrap(CVLLM_EIO, "loading the tokenizer from %s", dir);
+        }
+        free(path);
+    }
     return rc;
 }
 

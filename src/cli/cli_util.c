@@ -1,0 +1,123 @@
+/* cli_util.c: shared option parsing for the cvllm commands. */
+#include "cli/cli_util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+const char CLI_ENGINE_OPTIONS_HELP[] =
+    "engine options:\n"
+    "  --device auto|cpu|cuda         backend (default auto: cuda if compiled and present)\n"
+    "  --max-model-len N              longest sequence (default: the model's, lowered to fit the KV cache)\n"
+    "  --max-num-seqs N               sequences running at once (default 256)\n"
+    "  --max-num-batched-tokens N     tokens per step; longer prompts are chunked (default 16384)\n"
+    "  --block-size N                 tokens per KV block, 16..256 (default 16)\n"
+    "  --kv-cache-memory BYTES        KV cache budget, e.g. 2G, 512M (CPU default 2G)\n"
+    "  --gpu-memory-utilization F     CUDA: fraction of device memory (default 0.9)\n"
+    "  --no-enable-prefix-caching     turn automatic prefix caching off\n"
+    "  --threads N                    CPU threads (default: all cores)\n"
+    "  --quiet                        no start-up report on stderr\n";
+
+const char *cli_value(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "cvllm: %s needs a value\n", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+int cli_int(const char *name, const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "cvllm: %s: expected an integer in [%lld, %lld], got '%s'\n", name, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_float(const char *name, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
+        fprintf(stderr, "cvllm: %s: expected a number in [%g, %g], got '%s'\n", name, lo, hi, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_ids(const char *name, const char *s, int32_t **out) {
+    int n = 0, cap = 0;
+    int32_t *ids = NULL;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (errno || end == p || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+            fprintf(stderr, "cvllm: %s: expected comma-separated token ids, got '%s'\n", name, s);
+            free(ids);
+            return -1;
+        }
+        DA_PUSH(ids, n, cap, (int32_t)v);
+        p = *end ? end + 1 : end;
+    }
+    if (n == 0) {
+        fprintf(stderr, "cvllm: %s: no token ids in '%s'\n", name, s);
+        free(ids);
+        return -1;
+    }
+    *out = ids;
+    return n;
+}
+
+int cli_parse_engine_option(int argc, char **argv, int *i, CvllmEngineOptions *o) {
+    const char *a = argv[*i], *v;
+    long long n;
+    double f;
+    if (!strcmp(a, "--no-enable-prefix-caching")) { o->enable_prefix_caching = 0; return 1; }
+    if (!strcmp(a, "--enable-prefix-caching")) { o->enable_prefix_caching = 1; return 1; }
+    if (!strcmp(a, "--quiet")) { o->verbose = 0; return 1; }
+    if (!strcmp(a, "--device")) {
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        if (!strcmp(v, "auto")) o->device = CVLLM_DEVICE_AUTO;
+        else if (!strcmp(v, "cpu")) o->device = CVLLM_DEVICE_CPU;
+        else if (!strcmp(v, "cuda")) o->device = CVLLM_DEVICE_CUDA;
+        else { fprintf(stderr, "cvllm: --device: expected auto, cpu or cuda, got '%s'\n", v); return -1; }
+        return 1;
+    }
+    if (!strcmp(a, "--kv-cache-memory")) {
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        int64_t b = parse_bytes(v);
+        if (b <= 0) { fprintf(stderr, "cvllm: --kv-cache-memory: expected bytes like 2G, 512M or 1048576, got '%s'\n", v); return -1; }
+        o->kv_cache_memory = b;
+        return 1;
+    }
+    if (!strcmp(a, "--gpu-memory-utilization")) {
+        if (!(v = cli_value(argc, argv, i)) || cli_float(a, v, 0.01, 1.0, &f) < 0) return -1;
+        o->gpu_memory_utilization = f;
+        return 1;
+    }
+    struct { const char *name; int *field; long long lo, hi; } ints[] = {
+        {"--max-model-len", &o->max_model_len, 1, INT32_MAX},
+        {"--max-num-seqs", &o->max_num_seqs, 1, 1 << 20},
+        {"--max-num-batched-tokens", &o->max_num_batched_tokens, 1, 1 << 24},
+        {"--block-size", &o->block_size, 16, 256},
+        {"--threads", &o->num_threads, 1, 4096},
+    };
+    for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
+        if (strcmp(a, ints[k].name)) continue;
+        if (!(v = cli_value(argc, argv, i)) || cli_int(a, v, ints[k].lo, ints[k].hi, &n) < 0) return -1;
+        *ints[k].field = (int)n;
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,359 @@
+/* test_engine.c: the whole engine on the CPU over small seeded models (cvllm mkmodel presets):
+ * batching, preemption, chunked prefill and prefix caching must not change greedy outputs; seeded
+ * sampling does not depend on the batch; bad requests are refused alone. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "cvllm.h"
+
+static char g_model[256];
+
+static int make_model(void **state) {
+    (void)state;
+    snprintf(g_model, sizeof g_model, "%s/test_engine_model_%d",
+             getenv("CVLLM_BUILD_DIR") ? getenv("CVLLM_BUILD_DIR") : "/tmp", (int)getpid());
+    char *argv[] = {"mkmodel", "--preset", "test-qwen3", "--seed", "3", g_model, NULL};
+    FILE *saved = stdout;
+    stdout = fopen("/dev/null", "w");
+    int rc = cmd_mkmodel(6, argv);
+    fclose(stdout);
+    stdout = saved;
+    return rc;
+}
+
+static int remove_model(void **state) {
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_model);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static int g_max_model_len = 256;
+
+static CvllmEngine *engine(int max_num_batched_tokens, int64_t kv_bytes, int prefix_caching,
+                           int block_size) {
+    CvllmEngineOptions o;
+    cvllm_engine_options_default(&o);
+    o.device = CVLLM_DEVICE_CPU;
+    o.max_model_len = g_max_model_len;
+    o.max_num_seqs = 16;
+    o.verbose = 0;
+    o.num_threads = 2;
+    if (max_num_batched_tokens) o.max_num_batched_tokens = max_num_batched_tokens;
+    if (kv_bytes) o.kv_cache_memory = kv_bytes;
+    if (block_size) o.block_size = block_size;
+    o.enable_prefix_caching = prefix_caching;
+    CvllmEngine *e = NULL;
+    int rc = cvllm_engine_create(g_model, &o, &e);
+    if (rc < 0) fprintf(stderr, "engine: %s\n", cvllm_last_error());
+    assert_int_equal(rc, 0);
+    return e;
+}
+
+#define NP 5
+static const int LENS[NP] = {3, 17, 40, 70, 33};
+static int32_t g_prompts[NP][128];
+
+static void fill_prompts(void) {
+    uint32_t x = 12345;
+    for (int i = 0; i < NP; i++)
+        for (int j = 0; j < 128; j++) {
+            x = x * 1103515245u + 12345u;
+            g_prompts[i][j] = (int32_t)((x >> 8) % 500);
+        }
+}
+
+static CvllmSamplingParams greedy(int max_tokens) {
+    CvllmSamplingParams p;
+    cvllm_sampling_params_default(&p);
+    p.temperature = 0;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = 1;
+    return p;
+}
+
+/* Runs the NP prompts together; outs must be freed. */
+static void run_all(CvllmEngine *e, const CvllmSamplingParams *p, CvllmOutput *outs) {
+    const int32_t *ptrs[NP];
+    CvllmSamplingParams ps[NP];
+    for (int i = 0; i < NP; i++) ptrs[i] = g_prompts[i], ps[i] = *p;
+    assert_int_equal(cvllm_generate(e, NP, ptrs, LENS, ps, outs, NULL), 0);
+    for (int i = 0; i < NP; i++) assert_true(outs[i].request_id >= 0);
+}
+
+static void assert_same_tokens(const CvllmOutput *a, const CvllmOutput *b, int n) {
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(a[i].num_tokens, b[i].num_tokens);
+        for (int k = 0; k < a[i].num_tokens; k++) {
+            if (a[i].token_ids[k] != b[i].token_ids[k])
+                fprintf(stderr, "request %d differs at token %d: %d vs %d\n", i, k,
+                        a[i].token_ids[k], b[i].token_ids[k]);
+            assert_int_equal(a[i].token_ids[k], b[i].token_ids[k]);
+        }
+    }
+}
+
+static void free_outs(CvllmOutput *o, int n) {
+    for (int i = 0; i < n; i++) cvllm_output_free(&o[i]);
+}
+
+static void test_batch_equals_alone(void **state) {
+    (void)state;
+    CvllmSamplingParams p = greedy(24);
+    CvllmEngine *e = engine(0, 0, 1, 0);
+    CvllmOutput batch[NP], alone[NP];
+    run_all(e, &p, batch);
+    for (int i = 0; i < NP; i++) {
+        const int32_t *ptr = g_prompts[i];
+        assert_int_equal(cvllm_generate(e, 1, &ptr, &LENS[i], &p, &alone[i], NULL), 0);
+        assert_int_equal(alone[i].num_tokens, 24);
+        assert_int_equal(alone[i].finish_reason, CVLLM_FINISH_LENGTH);
+    }
+    assert_same_tokens(batch, alone, NP);
+    free_outs(batch, NP);
+    free_outs(alone, NP);
+    cvllm_engine_destroy(e);
+}
+
+static void test_preemption_same_tokens(void **state) {
+    (void)state;
+    CvllmSamplingParams p = greedy(40);
+    CvllmEngine *big = engine(0, 0, 1, 0);
+    CvllmOutput ref[NP], got[NP];
+    run_all(big, &p, ref);
+    cvllm_engine_destroy(big);
+    /* test-qwen3: 2 layers x 2 kv heads x head_dim 24 x f32 x (k,v) = 768 bytes a token; 16-token
+     * blocks = 12 KiB; 10 blocks (160 tokens) cannot hold all five sequences at once. */
+    g_max_model_len = 128;
+    CvllmEngine *small = engine(0, 10 * 12288, 1, 0);
+    g_max_model_len = 256;
+    run_all(small, &p, got);
+    CvllmStats st;
+    cvllm_engine_get_stats(small, &st);
+    assert_int_equal(st.num_kv_blocks, 10);
+    assert_true(st.num_preemptions > 0);
+    assert_same_tokens(ref, got, NP);
+    free_outs(ref, NP);
+    free_outs(got, NP);
+    cvllm_engine_destroy(small);
+}
+
+static void test_chunked_prefill_same_tokens(void **state) {
+    (void)state;
+    CvllmSamplingParams p = greedy(16);
+    CvllmEngine *a = engine(0, 0, 1, 0), *b = engine(7, 0, 1, 0);
+    CvllmOutput ref[NP], got[NP];
+    run_all(a, &p, ref);
+    run_all(b, &p, got);
+    assert_same_tokens(ref, got, NP);
+    free_outs(ref, NP);
+    free_outs(got, NP);
+    cvllm_engine_destroy(a);
+    cvllm_engine_destroy(b);
+}
+
+static void test_block_size_same_tokens(void **state) {
+    (void)state;
+    CvllmSamplingParams p = greedy(16);
+    CvllmEngine *a = engine(0, 0, 1, 16), *b = engine(0, 0, 1, 64);
+    CvllmOutput ref[NP], got[NP];
+    run_all(a, &p, ref);
+    run_all(b, &p, got);
+    assert_same_tokens(ref, got, NP);
+    free_outs(ref, NP);
+    free_outs(got, NP);
+    cvllm_engine_destroy(a);
+    cvllm_engine_destroy(b);
+}
+
+/* Two requests share a 48-token prefix (3 blocks of 16); the second is sent after the first
+ * finished. With prefix caching the second is served 48 cached tokens; outputs are identical
+ * with caching on and off. An identical prompt hits every full block but its last token is
+ * recomputed. */
+static void prefix_run(int caching, CvllmOutput out[3]) {
+    CvllmEngine *e = engine(0, 0, caching, 16);
+    int32_t a[60], b[60];
+    for (int i = 0; i < 60; i++) a[i] = b[i] = g_prompts[3][i];
+    for (int i = 48; i < 60; i++) b[i] = (b[i] + 7) % 500;
+    CvllmSamplingParams p = greedy(12);
+    const int32_t *pa = a, *pb = b;
+    int n60 = 60, n48 = 48;
+    assert_int_equal(cvllm_generate(e, 1, &pa, &n60, &p, &out[0], NULL), 0);
+    assert_int_equal(cvllm_generate(e, 1, &pb, &n60, &p, &out[1], NULL), 0);
+    assert_int_equal(cvllm_generate(e, 1, &pa, &n48, &p, &out[2], NULL), 0);
+    CvllmStats st;
+    cvllm_engine_get_stats(e, &st);
+    if (caching) assert_true(st.prefix_cache_hits > 0);
+    else assert_int_equal(st.prefix_cache_hits, 0);
+    cvllm_engine_destroy(e);
+}
+
+static void test_prefix_caching_on_off(void **state) {
+    (void)state;
+    CvllmOutput on[3], off[3];
+    prefix_run(1, on);
+    prefix_run(0, off);
+    assert_same_tokens(on, off, 3);
+    assert_int_equal(on[0].num_cached_tokens, 0);
+    assert_int_equal(on[1].num_cached_tokens, 48);
+    assert_int_equal(on[2].num_cached_tokens, 47); /* all 3 blocks hit; last token recomputed */
+    for (int i = 0; i < 3; i++) assert_int_equal(off[i].num_cached_tokens, 0);
+    free_outs(on, 3);
+    free_outs(off, 3);
+}
+
+static void test_seeded_sampling_independent_of_batch(void **state) {
+    (void)state;
+    CvllmSamplingParams p;
+    cvllm_sampling_params_default(&p);
+    p.temperature = 0.9f;
+    p.top_p = 0.95f;
+    p.top_k = 50;
+    p.seed = 1234;
+    p.max_tokens = 20;
+    p.ignore_eos = 1;
+    CvllmEngine *e = engine(0, 0, 1, 0);
+    CvllmOutput alone, batch[NP];
+    const int32_t *ptr = g_prompts[2];
+    assert_int_equal(cvllm_generate(e, 1, &ptr, &LENS[2], &p, &alone, NULL), 0);
+    run_all(e, &p, batch);
+    assert_same_tokens(&alone, &batch[2], 1);
+    /* another seed gives another stream */
+    CvllmOutput other;
+    p.seed = 99;
+    assert_int_equal(cvllm_generate(e, 1, &ptr, &LENS[2], &p, &other, NULL), 0);
+    int differ = 0;
+    for (int k = 0; k < other.num_tokens; k++) differ |= other.token_ids[k] != alone.token_ids[k];
+    assert_true(differ);
+    cvllm_output_free(&alone);
+    cvllm_output_free(&other);
+    free_outs(batch, NP);
+    cvllm_engine_destroy(e);
+}
+
+static void test_stop_token_ids(void **state) {
+    (void)state;
+    CvllmEngine *e = engine(0, 0, 1, 0);
+    CvllmSamplingParams p = greedy(10);
+    CvllmOutput ref, got;
+    const int32_t *ptr = g_prompts[1];
+    assert_int_equal(cvllm_generate(e, 1, &ptr, &LENS[1], &p, &ref, NULL), 0);
+    int32_t stop = ref.token_ids[3];
+    p.stop_token_ids = &stop;
+    p.num_stop_token_ids = 1;
+    assert_int_equal(cvllm_generate(e, 1, &ptr, &LENS[1], &p, &got, NULL), 0);
+    int first = 0;
+    while (ref.token_ids[first] != stop) first++;
+    assert_int_equal(got.num_tokens, first + 1);
+    assert_int_equal(got.finish_reason, CVLLM_FINISH_STOP);
+    cvllm_output_free(&ref);
+    cvllm_output_free(&got);
+    cvllm_engine_destroy(e);
+}
+
+static void test_bad_requests_refused_alone(void **state) {
+    (void)state;
+    CvllmEngine *e = engine(0, 64 * 12288, 1, 0); /* 64 blocks = 1024 tokens */
+    int32_t bad_id[3] = {1, 512, 3}; /* vocab is 512 */
+    int32_t long_prompt[300] = {0};
+    const int32_t *prompts[5] = {g_prompts[0], bad_id, long_prompt, g_prompts[1], g_prompts[1]};
+    int lens[5] = {LENS[0], 3, 300, LENS[1], LENS[1]};
+    CvllmSamplingParams ps[5];
+    for (int i = 0; i < 5; i++) ps[i] = greedy(8);
+    ps[4].max_tokens = 250; /* 17 + 250 > max_model_len 256 */
+    CvllmOutput outs[5];
+    char *errors[5];
+    assert_int_equal(cvllm_generate(e, 5, prompts, lens, ps, outs, errors), 0);
+    assert_true(outs[0].request_id >= 0 && outs[3].request_id >= 0);
+    assert_int_equal(outs[0].num_tokens, 8);
+    assert_int_equal(outs[3].num_tokens, 8);
+    assert_true(outs[1].request_id < 0 && strstr(errors[1], "vocabulary"));
+    assert_true(outs[2].request_id < 0 && strstr(errors[2], "max_model_len"));
+    assert_true(outs[4].request_id < 0 && strstr(errors[4], "max_tokens"));
+    for (int i = 0; i < 5; i++) {
+        cvllm_output_free(&outs[i]);
+        free(errors[i]);
+    }
+    /* empty prompt, negative max_tokens, bad sampling values */
+    CvllmSamplingParams p = greedy(4);
+    assert_true(cvllm_engine_add_request(e, g_prompts[0], 0, &p) < 0);
+    p.max_tokens = 0;
+    assert_true(cvllm_engine_add_request(e, g_prompts[0], 3, &p) < 0);
+    p = greedy(4);
+    p.top_p = 0;
+    assert_true(cvllm_engine_add_request(e, g_prompts[0], 3, &p) < 0);
+    p = greedy(4);
+    p.temperature = -1;
+    assert_true(cvllm_engine_add_request(e, g_prompts[0], 3, &p) < 0);
+    assert_false(cvllm_engine_has_unfinished(e));
+    cvllm_engine_destroy(e);
+}
+
+static void test_kv_budget_too_small(void **state) {
+    (void)state;
+    CvllmEngineOptions o;
+    cvllm_engine_options_default(&o);
+    o.device = CVLLM_DEVICE_CPU;
+    o.verbose = 0;
+    o.max_model_len = 128;
+    o.kv_cache_memory = 1000; /* less than one block */
+    CvllmEngine *e = NULL;
+    assert_int_equal(cvllm_engine_create(g_model, &o, &e), CVLLM_ENOMEM);
+    assert_null(e);
+    assert_non_null(strstr(cvllm_last_error(), "kv-cache-memory"));
+    /* a budget of 4 blocks (64 tokens) with max_model_len 128 explicitly asked: refused */
+    o.kv_cache_memory = 4 * 12288;
+    assert_int_equal(cvllm_engine_create(g_model, &o, &e), CVLLM_ENOMEM);
+    /* without an explicit max_model_len it is lowered to fit, and a request that needs more
+     * blocks than exist is refused with a clear error */
+    o.max_model_len = 0;
+    assert_int_equal(cvllm_engine_create(g_model, &o, &e), 0);
+    assert_int_equal(cvllm_engine_max_model_len(e), 64);
+    CvllmSamplingParams p = greedy(40);
+    assert_true(cvllm_engine_add_request(e, g_prompts[3], 40, &p) < 0);
+    cvllm_engine_destroy(e);
+}
+
+static void test_create_errors(void **state) {
+    (void)state;
+    CvllmEngine *e = NULL;
+    CvllmEngineOptions o;
+    cvllm_engine_options_default(&o);
+    o.verbose = 0;
+    assert_true(cvllm_engine_create("/nonexistent/model", &o, &e) < 0);
+    assert_null(e);
+    assert_non_null(strstr(cvllm_last_error(), "/nonexistent/model"));
+    o.block_size = 24;
+    assert_int_equal(cvllm_engine_create(g_model, &o, &e), CVLLM_EINVAL);
+    o.block_size = 16;
+    o.device = CVLLM_DEVICE_CUDA;
+    if (!strstr(cvllm_backends(), "cuda")) {
+        assert_int_equal(cvllm_engine_create(g_model, &o, &e), CVLLM_EBACKEND);
+        assert_non_null(strstr(cvllm_last_error(), "CUDA"));
+    }
+}
+
+int main(void) {
+    fill_prompts();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batch_equals_alone),
+        cmocka_unit_test(test_preemption_same_tokens),
+        cmocka_unit_test(test_chunked_prefill_same_tokens),
+        cmocka_unit_test(test_block_size_same_tokens),
+        cmocka_unit_test(test_prefix_caching_on_off),
+        cmocka_unit_test(test_seeded_sampling_independent_of_batch),
+        cmocka_unit_test(test_stop_token_ids),
+        cmocka_unit_test(test_bad_requests_refused_alone),
+        cmocka_unit_test(test_kv_budget_too_small),
+        cmocka_unit_test(test_create_errors),
+    };
+    return cmocka_run_group_tests(tests, make_model, remove_model);
+}
