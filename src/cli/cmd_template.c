@@ -30,7 +30,8 @@ static void template_usage(FILE *f) {
 static json_t *load_json_file(const char *path, const char *what) {
     json_error_t err;
     json_t *j = json_load_file(path, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
-    if (!j) fprintf(stderr, "cvllm template: %s %s: %s (line %d)\n", what, path, err.text, err.line);
+    if (!j && err.line > 0) fprintf(stderr, "cvllm template: %s %s: %s (line %d)\n", what, path, err.text, err.line);
+    else if (!j) fprintf(stderr, "cvllm template: %s %s: %s\n", what, path, err.text);
     return j;
 }
 

@@ -123,6 +123,35 @@ static JValue *from_json(JRender *r, json_t *j) {
 
 static JStr S(const char *s) { return (JStr){s, strlen(s)}; }
 
+/* Declares HF's globals, then the variables (redeclaring one is an error, as in HF), and renders. */
+static void declare_and_render(JRender *r, const ChatTemplate *t, json_t *vars, JBuf *b) {
+    if (vars && !json_is_object(vars)) jinja_fail(&r->c, CVLLM_EINVAL, JINJA_NOPOS, "variables must be a JSON object");
+    JEnv *g = jarena_alloc(r->c.arena, sizeof(JEnv));
+    jinja_env_set(r, g, S("namespace"), jv_func(r->c.arena, JF_NAMESPACE, NULL));
+    jinja_env_set(r, g, S("false"), &jv_false);
+    jinja_env_set(r, g, S("true"), &jv_true);
+    jinja_env_set(r, g, S("none"), &jv_none);
+    jinja_env_set(r, g, S("raise_exception"), jv_func(r->c.arena, JF_RAISE, NULL));
+    jinja_env_set(r, g, S("range"), jv_func(r->c.arena, JF_RANGE, NULL));
+    jinja_env_set(r, g, S("strftime_now"), jv_func(r->c.arena, JF_STRFTIME, NULL));
+    jinja_env_set(r, g, S("True"), &jv_true);
+    jinja_env_set(r, g, S("False"), &jv_false);
+    jinja_env_set(r, g, S("None"), &jv_none);
+    if (vars) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(vars, key, v) {
+            size_t kl = strlen(key);
+            if (jdict_get(&g->vars, key, kl))
+                jinja_fail(&r->c, CVLLM_EINVAL, JINJA_NOPOS, "variable already declared: %s", key);
+            jinja_env_set(r, g, (JStr){jarena_strndup(r->c.arena, key, kl), kl}, from_json(r, v));
+        }
+    }
+    r->globals = g;
+    jbuf_init(b, &r->c);
+    jinja_render(r, &t->program, b);
+}
+
 int chat_template_render_ex(const ChatTemplate *t, json_t *vars, const ChatTemplateLimits *lim,
                             char **out, size_t *out_len) {
     *out = NULL;
@@ -145,32 +174,8 @@ int chat_template_render_ex(const ChatTemplate *t, json_t *vars, const ChatTempl
         jarena_free(&arena);
         return code;
     }
-    if (vars && !json_is_object(vars)) jinja_fail(&r.c, CVLLM_EINVAL, JINJA_NOPOS, "variables must be a JSON object");
-    JEnv *g = jarena_alloc(&arena, sizeof(JEnv));
-    jinja_env_set(&r, g, S("namespace"), jv_func(&arena, JF_NAMESPACE, NULL));
-    jinja_env_set(&r, g, S("false"), &jv_false);
-    jinja_env_set(&r, g, S("true"), &jv_true);
-    jinja_env_set(&r, g, S("none"), &jv_none);
-    jinja_env_set(&r, g, S("raise_exception"), jv_func(&arena, JF_RAISE, NULL));
-    jinja_env_set(&r, g, S("range"), jv_func(&arena, JF_RANGE, NULL));
-    jinja_env_set(&r, g, S("strftime_now"), jv_func(&arena, JF_STRFTIME, NULL));
-    jinja_env_set(&r, g, S("True"), &jv_true);
-    jinja_env_set(&r, g, S("False"), &jv_false);
-    jinja_env_set(&r, g, S("None"), &jv_none);
-    if (vars) {
-        const char *key;
-        json_t *v;
-        json_object_foreach(vars, key, v) {
-            size_t kl = strlen(key);
-            if (jdict_get(&g->vars, key, kl))
-                jinja_fail(&r.c, CVLLM_EINVAL, JINJA_NOPOS, "variable already declared: %s", key);
-            jinja_env_set(&r, g, (JStr){jarena_strndup(&arena, key, kl), kl}, from_json(&r, v));
-        }
-    }
-    r.globals = g;
     JBuf b;
-    jbuf_init(&b, &r.c);
-    jinja_render(&r, &t->program, &b);
+    declare_and_render(&r, t, vars, &b);
     *out = xmalloc(b.n + 1);
     memcpy(*out, b.s, b.n + 1);
     if (out_len) *out_len = b.n;
