@@ -87,6 +87,11 @@ static int bench_throughput(int argc, char **argv) {
         return 1;
     }
     int rc = 1;
+    if (cvllm_engine_vocab_size(e) <= 10000) {
+        fprintf(stderr, "cvllm bench: the workload draws token ids in [0, 10000] (as nano-vllm's "
+                        "bench.py) but %s has a vocabulary of %d\n", model_dir, cvllm_engine_vocab_size(e));
+        goto done;
+    }
     /* Warm-up: one short request, as bench.py's llm.generate(["Benchmark: "], SamplingParams()). */
     {
         int32_t warm[4] = {1, 2, 3, 4};
