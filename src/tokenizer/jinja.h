@@ -3,7 +3,8 @@
  *   jinja_parser.c   tokens -> AST (JNode), same grammar and precedence as @huggingface/jinja
  *   jinja_value.c    arena, buffers, the value type (JValue), JS-compatible printing / JSON / ==
  *   jinja_eval.c     the interpreter: scopes, statements, operators, macros
- *   jinja_builtins.c filters, tests, string / dict methods, globals (namespace, range, ...)
+ *   jinja_builtins.c member access, slicing, string / dict methods, globals (namespace, range)
+ *   jinja_filters.c  filters and tests
  * The reference is @huggingface/jinja 0.5.11 (tests/js): its values are JavaScript values, so
  * numbers are doubles, strings print like JS, `==` is JS loose equality, and so on; we copy that.
  *
@@ -226,7 +227,7 @@ void jinja_eval_args(JRender *r, const JNodeList *args, JEnv *env, JList *pos, J
 /* Calls a function value with args (a trailing JV_F_KWARGS dict holds keyword arguments). */
 JValue *jinja_call(JRender *r, JValue *fn, JList *args, JEnv *env, size_t pos);
 
-/* jinja_builtins.c */
+/* jinja_builtins.c / jinja_filters.c */
 JValue *jinja_filter(JRender *r, JValue *operand, const JNode *filter, JEnv *env);
 int jinja_test(JRender *r, const char *name, size_t n, JValue *operand, JValue *arg, int nargs,
                size_t pos);
@@ -236,5 +237,20 @@ JValue *jinja_slice(JRender *r, JValue *obj, JValue *start, JValue *stop, JValue
                     size_t pos);
 JValue *jinja_dict_keys(JRender *r, JValue *d);
 JValue *jinja_dict_items(JRender *r, JValue *d);
+
+/* helpers shared by jinja_builtins.c and jinja_filters.c */
+typedef struct {
+    JValue *key; /* what is compared */
+    JValue *item;
+} SortEntry;
+JValue *jinja_builtin_member(JRender *r, JValue *obj, JStr name); /* str/list/dict methods; NULL */
+JStr *jinja_code_points(JRender *r, JStr s, size_t *count);       /* Array.from(str) */
+void jinja_sort_entries(JRender *r, SortEntry *v, size_t n, int case_sensitive, int reverse, size_t pos);
+JValue *jinja_attribute_path(JRender *r, JValue *item, JStr path); /* "a.b.0" */
+JValue *jinja_str_title(JRender *r, JStr s, int capitalize_only);
+JValue *jinja_str_indent(JRender *r, JStr s, double width, int first, int blank);
+double js_parse_number(JStr s, int integer); /* parseInt(s, 10) / parseFloat(s); NaN if none */
+JValue *jinja_kwarg(JDict *kw, const char *name);
+int jinja_num_like(const JValue *v); /* int, float or bool */
 
 #endif
