@@ -46,6 +46,41 @@ static double weight_at(const void *w, DType dt, int64_t i) {
 static const CpuIsa ALL_ISAS[] = {CPU_ISA_SCALAR, CPU_ISA_AVX2, CPU_ISA_AVX512};
 static int isa_available(CpuIsa isa) { return isa <= cpu_isa_best(); }
 
+/* ---------------------------------------------------------------- thread pool */
+
+typedef struct {
+    int *count; /* [tasks] */
+    int *thread_ok;
+    int nth;
+} PoolJob;
+
+static void pool_task(void *ctx, int64_t task, int thread) {
+    PoolJob *j = ctx;
+    __atomic_fetch_add(&j->count[task], 1, __ATOMIC_RELAXED);
+    if (thread < 0 || thread >= j->nth) *j->thread_ok = 0;
+}
+
+/* every task runs exactly once per job, across more jobs than the 16-bit generation counter
+ * can number (it wraps) */
+static void test_threadpool_each_task_once(void **state) {
+    (void)state;
+    ThreadPool *pool = threadpool_create(3);
+    assert_int_equal(threadpool_size(pool), 3);
+    int count[37] = {0}, ok = 1;
+    PoolJob j = {count, &ok, 3};
+    const int jobs = 70000;
+    for (int r = 0; r < jobs; r++) threadpool_run(pool, pool_task, &j, 1 + r % 37);
+    for (int t = 0; t < 37; t++) {
+        int expect = 0;
+        for (int r = 0; r < jobs; r++) expect += t < 1 + r % 37;
+        assert_int_equal(count[t], expect);
+    }
+    assert_true(ok);
+    threadpool_run(pool, pool_task, &j, 0); /* no tasks: returns */
+    threadpool_destroy(pool);
+    threadpool_destroy(NULL);
+}
+
 /* ---------------------------------------------------------------- matmul */
 
 static void check_matmul(CpuIsa isa, DType dt, int T, int64_t K, int64_t N, int with_bias) {
@@ -399,6 +434,7 @@ static void test_paged_attention(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_threadpool_each_task_once),
         cmocka_unit_test(test_matmul_all_paths),
         cmocka_unit_test(test_matmul_threads_identical),
         cmocka_unit_test(test_rmsnorm),
