@@ -10,6 +10,7 @@
  * Exit codes: 0 ok, 1 runtime error (files, JSON, template errors), 2 usage. */
 #include <jansson.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "common.h"
@@ -115,10 +116,16 @@ int cmd_template(int argc, char **argv) {
     char *out = NULL;
     size_t out_len = 0;
     const char *src = cfg ? find_template(cfg) : NULL;
+    char *jinja_src = NULL; /* transformers 5 keeps the template in chat_template.jinja */
     if (!cfg) goto done;
     if (!src) {
+        char *jinja_path = path_join(model_dir, "chat_template.jinja");
+        if (access(jinja_path, R_OK) == 0) src = jinja_src = read_file(jinja_path, NULL);
+        free(jinja_path);
+    }
+    if (!src) {
         fprintf(stderr, "cvllm template: %s has no chat_template (a string, or a list with a "
-                        "\"default\" entry)\n", cfg_path);
+                        "\"default\" entry) and %s/chat_template.jinja is absent\n", cfg_path, model_dir);
         goto done;
     }
     if (!(messages = load_json_file(messages_path, "cannot read messages"))) goto done;
@@ -144,6 +151,7 @@ int cmd_template(int argc, char **argv) {
     fwrite(out, 1, out_len, stdout);
     rc = fflush(stdout) == 0 ? 0 : 1;
 done:
+    free(jinja_src);
     free(out);
     chat_template_free(t);
     json_decref(messages);
