@@ -140,9 +140,15 @@ static void test_matmul_all_paths(void **state) {
     static const int64_t Ks[] = {1, 7, 8, 17, 67, 130};
     static const int64_t Ns[] = {1, 5, 31, 67};
     static const DType dts[] = {DTYPE_BF16, DTYPE_F16, DTYPE_F32};
-    int runs = 0;
+    int runs = 0, prefetch = cpu_matmul_prefetch();
     for (int i = 0; i < 3; i++) {
         if (!isa_available(ALL_ISAS[i])) continue;
+        cpu_matmul_set_prefetch(!prefetch); /* the other batch-1 variant, then the default */
+        for (int d = 0; d < 3; d++)
+            for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
+                for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++)
+                    check_matmul(ALL_ISAS[i], dts[d], 1, Ks[ki], Ns[ni], 0);
+        cpu_matmul_set_prefetch(prefetch);
         for (int d = 0; d < 3; d++)
             for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
                 for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)

@@ -102,7 +102,7 @@ void matmul_permute_x_avx2(const float *x, int64_t ldx, int T, int64_t K, float 
 
 /* bf16 tile over permuted activations xp [T, K] (row stride K). */
 INLINE void tile_bf16p(const MatmulArgs *a, const float *xp, int t0, int64_t n0, const int TT,
-                       const int RR) {
+                       const int RR, const int PF) {
     const int64_t K = a->K, K16 = K & ~(int64_t)15;
     const uint16_t *w = a->w;
     const __m256i himask = _mm256_set1_epi32((int)0xffff0000u);
@@ -112,13 +112,14 @@ INLINE void tile_bf16p(const MatmulArgs *a, const float *xp, int t0, int64_t n0,
         x[t] = xp + (int64_t)(t0 + t) * K;
         for (int r = 0; r < RR; r++) acc[t][r] = _mm256_setzero_ps();
     }
-    /* T == 1 is memory-bound: the tile's RR rows are one contiguous run of bytes, and while it
-     * is consumed the next tile's run is prefetched at the same pace (+13-30% GB/s on a Xeon,
-     * where one core's own misses cannot cover the latency; no change measured on Zen 3) */
+    /* PF (T == 1, memory-bound): the tile's RR rows are one contiguous run of bytes, and while
+     * it is consumed the next tile's run is prefetched at the same pace. +13-30% GB/s on a Xeon
+     * (one core's own misses cannot cover the latency), -10-25% on Zen 3: see
+     * cpu_matmul_prefetch() */
     const char *pf = (const char *)(w + (n0 + RR) * K);
     const int64_t pf_step = RR * 2 * 16; /* bytes of the tile consumed per 16-chunk */
     for (int64_t k = 0; k < K16; k += 16) {
-        if (TT == 1)
+        if (PF)
             for (int64_t b = 0; b < pf_step; b += 64)
                 _mm_prefetch(pf + k / 16 * pf_step + b, _MM_HINT_T0);
         for (int r = 0; r < RR; r++) {
@@ -143,15 +144,19 @@ INLINE void tile_bf16p(const MatmulArgs *a, const float *xp, int t0, int64_t n0,
 
 #define P(TT, RR)                                                                                  \
     static void tp_##TT##x##RR(const MatmulArgs *a, int t0, int64_t n0) {                          \
-        tile_bf16p(a, a->xp, t0, n0, TT, RR);                                                      \
+        tile_bf16p(a, a->xp, t0, n0, TT, RR, 0);                                                   \
     }
 P(1, 8) P(2, 4) P(1, 4) P(2, 1) P(1, 1)
 #undef P
+static void tp_1x8_pf(const MatmulArgs *a, int t0, int64_t n0) { tile_bf16p(a, a->xp, t0, n0, 1, 8, 1); }
 
 static void rows_bf16p(const MatmulArgs *a, int64_t n0, int64_t n1) {
     int64_t n = n0;
     if (a->T == 1) {
-        for (; n + 8 <= n1; n += 8) tp_1x8(a, 0, n);
+        if (cpu_matmul_prefetch())
+            for (; n + 8 <= n1; n += 8) tp_1x8_pf(a, 0, n);
+        else
+            for (; n + 8 <= n1; n += 8) tp_1x8(a, 0, n);
         for (; n < n1; n++) tp_1x1(a, 0, n);
         return;
     }

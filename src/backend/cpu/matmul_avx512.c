@@ -38,7 +38,7 @@ INLINE float hsum16(__m512 v) {
 }
 
 INLINE void tile(const MatmulArgs *a, int t0, int64_t n0, const int TT, const int RR,
-                 const DType dt) {
+                 const DType dt, const int PF) {
     const int64_t K = a->K, K16 = K & ~(int64_t)15;
     const float *x[4];
     __m512 acc[4][8];
@@ -46,13 +46,14 @@ INLINE void tile(const MatmulArgs *a, int t0, int64_t n0, const int TT, const in
         x[t] = a->x + (int64_t)(t0 + t) * a->ldx;
         for (int r = 0; r < RR; r++) acc[t][r] = _mm512_setzero_ps();
     }
-    /* T == 1: prefetch the next tile's contiguous rows while this one is consumed (see avx2) */
+    /* PF: prefetch the next tile's contiguous rows while this one is consumed (see avx2) */
     const char *pf = (const char *)a->w + (n0 + RR) * K * (dt == DTYPE_F32 ? 4 : 2);
     const int64_t pf_step = RR * 16 * (dt == DTYPE_F32 ? 4 : 2);
     for (int64_t k = 0; k < K16; k += 16) {
         if (TT == 1) {
-            for (int64_t b = 0; b < pf_step; b += 64)
-                _mm_prefetch(pf + k / 16 * pf_step + b, _MM_HINT_T0);
+            if (PF)
+                for (int64_t b = 0; b < pf_step; b += 64)
+                    _mm_prefetch(pf + k / 16 * pf_step + b, _MM_HINT_T0);
             /* widen each weight chunk right where it is used: 8 + 1 registers */
             __m512 xv = _mm512_loadu_ps(x[0] + k);
             for (int r = 0; r < RR; r++)
@@ -77,15 +78,16 @@ INLINE void tile(const MatmulArgs *a, int t0, int64_t n0, const int TT, const in
 }
 
 #define DEFINE_TILES(SUF, DT)                                                                      \
-    static void tile_1x8_##SUF(const MatmulArgs *a, int t0, int64_t n0) { tile(a, t0, n0, 1, 8, DT); } \
-    static void tile_1x1_##SUF(const MatmulArgs *a, int t0, int64_t n0) { tile(a, t0, n0, 1, 1, DT); } \
-    static void tile_2x1_##SUF(const MatmulArgs *a, int t0, int64_t n0) { tile(a, t0, n0, 2, 1, DT); } \
-    static void tile_3x1_##SUF(const MatmulArgs *a, int t0, int64_t n0) { tile(a, t0, n0, 3, 1, DT); } \
-    static void tile_4x1_##SUF(const MatmulArgs *a, int t0, int64_t n0) { tile(a, t0, n0, 4, 1, DT); } \
-    static void tile_1x6_##SUF(const MatmulArgs *a, int t0, int64_t n0) { tile(a, t0, n0, 1, 6, DT); } \
-    static void tile_2x6_##SUF(const MatmulArgs *a, int t0, int64_t n0) { tile(a, t0, n0, 2, 6, DT); } \
-    static void tile_3x6_##SUF(const MatmulArgs *a, int t0, int64_t n0) { tile(a, t0, n0, 3, 6, DT); } \
-    static void tile_4x6_##SUF(const MatmulArgs *a, int t0, int64_t n0) { tile(a, t0, n0, 4, 6, DT); } \
+    static void tile_1x8_##SUF(const MatmulArgs *a, int t0, int64_t n0) { tile(a, t0, n0, 1, 8, DT, 0); } \
+    static void tile_1x8pf_##SUF(const MatmulArgs *a, int t0, int64_t n0) { tile(a, t0, n0, 1, 8, DT, 1); } \
+    static void tile_1x1_##SUF(const MatmulArgs *a, int t0, int64_t n0) { tile(a, t0, n0, 1, 1, DT, 0); } \
+    static void tile_2x1_##SUF(const MatmulArgs *a, int t0, int64_t n0) { tile(a, t0, n0, 2, 1, DT, 0); } \
+    static void tile_3x1_##SUF(const MatmulArgs *a, int t0, int64_t n0) { tile(a, t0, n0, 3, 1, DT, 0); } \
+    static void tile_4x1_##SUF(const MatmulArgs *a, int t0, int64_t n0) { tile(a, t0, n0, 4, 1, DT, 0); } \
+    static void tile_1x6_##SUF(const MatmulArgs *a, int t0, int64_t n0) { tile(a, t0, n0, 1, 6, DT, 0); } \
+    static void tile_2x6_##SUF(const MatmulArgs *a, int t0, int64_t n0) { tile(a, t0, n0, 2, 6, DT, 0); } \
+    static void tile_3x6_##SUF(const MatmulArgs *a, int t0, int64_t n0) { tile(a, t0, n0, 3, 6, DT, 0); } \
+    static void tile_4x6_##SUF(const MatmulArgs *a, int t0, int64_t n0) { tile(a, t0, n0, 4, 6, DT, 0); } \
     static void rows_##SUF(const MatmulArgs *a, int64_t n0, int64_t n1) {                          \
         typedef void (*TileFn)(const MatmulArgs *, int, int64_t);                                   \
         static const TileFn by_t6[5] = {0, tile_1x6_##SUF, tile_2x6_##SUF, tile_3x6_##SUF,          \
@@ -94,7 +96,10 @@ INLINE void tile(const MatmulArgs *a, int t0, int64_t n0, const int TT, const in
                                         tile_4x1_##SUF};                                            \
         int64_t n = n0;                                                                             \
         if (a->T == 1) {                                                                            \
-            for (; n + 8 <= n1; n += 8) tile_1x8_##SUF(a, 0, n);                                    \
+            if (cpu_matmul_prefetch())                                                              \
+                for (; n + 8 <= n1; n += 8) tile_1x8pf_##SUF(a, 0, n);                              \
+            else                                                                                    \
+                for (; n + 8 <= n1; n += 8) tile_1x8_##SUF(a, 0, n);                                \
             for (; n < n1; n++) tile_1x1_##SUF(a, 0, n);                                            \
             return;                                                                                 \
         }                                                                                           \

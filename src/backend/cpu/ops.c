@@ -46,6 +46,29 @@ CpuIsa cpu_isa_get(void) {
     return (CpuIsa)g_isa;
 }
 
+static int on_cached = -1; /* cpu_matmul_prefetch: every thread computes the same value */
+
+void cpu_matmul_set_prefetch(int on) { __atomic_store_n(&on_cached, on ? 1 : 0, __ATOMIC_RELAXED); }
+
+int cpu_matmul_prefetch(void) {
+    int on = __atomic_load_n(&on_cached, __ATOMIC_RELAXED);
+    if (on < 0) {
+        const char *e = getenv("CVLLM_CPU_PREFETCH");
+        if (e && *e) {
+            on = strcmp(e, "0") != 0;
+        } else {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_cpu_init();
+            on = __builtin_cpu_is("intel") ? 1 : 0;
+#else
+            on = 0;
+#endif
+        }
+        __atomic_store_n(&on_cached, on, __ATOMIC_RELAXED);
+    }
+    return on;
+}
+
 const char *cpu_isa_name(CpuIsa isa) {
     switch (isa) {
     case CPU_ISA_AVX2: return "avx2";

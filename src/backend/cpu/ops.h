@@ -28,6 +28,10 @@ CpuIsa cpu_isa_get(void);
 /* Forces a variant (tests, benchmarks); capped at cpu_isa_best(). Returns the one now in use. */
 CpuIsa cpu_isa_set(CpuIsa isa);
 const char *cpu_isa_name(CpuIsa isa);
+/* Whether the batch-1 matmul issues software prefetches: CVLLM_CPU_PREFETCH=0|1 if set, else on
+ * for Intel CPUs (measured +13-30% GB/s) and off elsewhere (Zen 3: -10-25%). */
+int cpu_matmul_prefetch(void);
+void cpu_matmul_set_prefetch(int on); /* tests, benchmarks */
 
 /* ---------------------------------------------------------------- element conversion */
 
