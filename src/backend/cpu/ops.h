@@ -123,11 +123,9 @@ typedef struct {
 } AttentionArgs;
 void attention_cpu(ThreadPool *pool, const AttentionArgs *a);
 
-/* Vector helpers the attention uses (AVX2 variants in ops_avx2.c). */
+/* Vector helpers of the reference attention. */
 float dot_f32_scalar(const float *a, const float *b, int n);
 void axpy_f32_scalar(float *y, float alpha, const float *x, int n); /* y += alpha * x */
-float dot_f32_avx2(const float *a, const float *b, int n);
-void axpy_f32_avx2(float *y, float alpha, const float *x, int n);
 /* The AVX2 attention of one token's `group` query heads q [group, hd] that share one kv head:
  * k_cache/v_cache already offset to that kv head, kv_stride floats between slots; n keys read
  * through table. scores: [group * n] scratch; out: [group, hd]. */
