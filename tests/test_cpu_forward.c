@@ -5,7 +5,7 @@
  *   - two sequences in one step == each alone
  *   - a prefill in two chunks (the second attends to the cached first) == unchunked
  *   - slot -1 tokens are not written, and their cached K/V is what attention reads
- *   - 1 thread == 2 threads
+ *   - 1 thread == 2 threads; a step run in slices of 3 tokens == in one piece
  *   - all of it == a naive dense forward written here in double (no cache), to 1e-5 of the
  *     largest logit.
  * The kernels are batch-invariant (see ops.h), so the cache-path comparisons are bit-exact. */
@@ -452,12 +452,40 @@ static void test_scalar_path_agrees(void **state) {
     tiny_free(&cfg, &w);
 }
 
+/* a step run in slices of 3 tokens (CVLLM_CPU_TOKEN_SLICE) gives the same logits, bit for bit,
+ * with two sequences in the step and every row's logits requested */
+static void test_token_slices_identical(void **state) {
+    (void)state;
+    ModelConfig cfg;
+    ModelWeights w;
+    tiny_model(TINY_QWEN2, &cfg, &w);
+    const int V = cfg.vocab_size;
+    int32_t ids[N_PROMPT], tabA[MBPS] = {0, 1, 2, 3, 4, 5, 6, 7},
+                           tabB[MBPS] = {8, 9, 10, 11, 12, 13, 14, 15};
+    for (int i = 0; i < N_PROMPT; i++) ids[i] = (i * 53 + 11) % V;
+    Chunk pair[2] = {{ids, 13, 0, tabA, 0}, {ids + 3, 11, 0, tabB, 0}};
+    float *a = xmalloc((size_t)24 * V * sizeof(float)), *s3 = xmalloc((size_t)24 * V * sizeof(float));
+    Backend *b = make_backend(&cfg, &w, 2);
+    assert_int_equal(run_step(b, pair, 2, a), 0);
+    b->destroy(b);
+    setenv("CVLLM_CPU_TOKEN_SLICE", "3", 1);
+    b = make_backend(&cfg, &w, 2);
+    unsetenv("CVLLM_CPU_TOKEN_SLICE");
+    assert_int_equal(run_step(b, pair, 2, s3), 0);
+    b->destroy(b);
+    expect_same("slices of 3 tokens", s3, a, (int64_t)24 * V);
+    free(a);
+    free(s3);
+    tiny_free(&cfg, &w);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen3_tiny),
         cmocka_unit_test(test_qwen2_tiny_bias_mqa),
         cmocka_unit_test(test_llama_tiny_llama3_f16),
         cmocka_unit_test(test_scalar_path_agrees),
+        cmocka_unit_test(test_token_slices_identical),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,6 +14,13 @@
  *               x += (silu(h @ Wg^T) * (h @ Wu^T)) @ Wd^T
  *   logits = (rmsnorm(x[logits_indices]) * w_norm) @ lm_head^T
  *
+ * A step is run in slices of at most CPU_TOKEN_SLICE tokens, in order, each through all the
+ * layers: a slice attends to the K/V that earlier slices of the step already wrote, exactly as a
+ * chunked prefill would (the kernels are batch-invariant, so the logits do not depend on the
+ * slicing). This bounds the working set of a long prefill (the matmul re-reads its activations
+ * once per weight tile: 256 tokens x 12 KB stay in cache, 16k tokens would not) and the
+ * workspace (only the residual stream x is sized by max_num_tokens).
+ *
  * Memory: the activation workspace is one allocation sized at create from BackendOptions; the
  * KV cache is one allocation in init_kv_cache; the small per-layer vectors (norm weights, biases)
  * are widened to f32 once at create (kilobytes); the matrices are never copied. */
@@ -25,6 +32,8 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/threadpool.h"
 #include "common.h"
+
+#define CPU_TOKEN_SLICE 256 /* tokens per slice of a step (CVLLM_CPU_TOKEN_SLICE overrides) */
 
 typedef struct {
     float *in_norm, *post_norm; /* [hidden] */
@@ -54,14 +63,16 @@ typedef struct {
     float *final_norm;     /* [hidden] */
     float *inv_freq;       /* [head_dim/2] */
 
+    int slice;             /* tokens per slice: S = min(max_num_tokens, CPU_TOKEN_SLICE) */
     float *ws;             /* owned: the activation workspace, carved below */
-    float *x, *h, *tmp;    /* [T, hidden] residual stream, normed input, matmul output */
-    float *q, *k, *v, *att;/* [T, q_dim], [T, kv_dim] x2, [T, q_dim] */
-    float *g, *u;          /* [T, inter] */
-    float *xp;             /* [T, max(hidden, q_dim, inter)]: matmul inputs, permuted (AVX2 bf16) */
-    float *cos_t, *sin_t;  /* [T, head_dim/2] */
+    float *x;              /* [max_num_tokens, hidden] residual stream */
+    int32_t *token_seq;    /* [max_num_tokens] the sequence of each token */
+    float *h, *tmp;        /* [S, hidden] normed input, matmul output */
+    float *q, *k, *v, *att;/* [S, q_dim], [S, kv_dim] x2, [S, q_dim] */
+    float *g, *u;          /* [S, inter] */
+    float *xp;             /* [S, max(hidden, q_dim, inter)]: matmul inputs, permuted (bf16) */
+    float *cos_t, *sin_t;  /* [S, head_dim/2] */
     float *scores;         /* [nth, heads/kv_heads * max_model_len] attention scratch */
-    int32_t *token_seq;    /* [T] */
 
     float *kv;             /* owned: [2, layers, num_blocks, block_size, kv_heads, head_dim] */
     size_t kv_floats;
@@ -173,30 +184,34 @@ int backend_cpu_create(const ModelConfig *cfg, const ModelWeights *w, const Back
     rope_inv_freq_cpu(cfg, hd, c->inv_freq);
 
     /* activation workspace */
-    const size_t T = (size_t)o->max_num_tokens, nth = (size_t)threadpool_size(c->pool),
-                 group = (size_t)(c->heads / c->kv_heads);
+    const char *env_slice = getenv("CVLLM_CPU_TOKEN_SLICE");
+    c->slice = env_slice && atoi(env_slice) > 0 ? atoi(env_slice) : CPU_TOKEN_SLICE;
+    if (c->slice > o->max_num_tokens) c->slice = o->max_num_tokens;
+    const size_t T = (size_t)o->max_num_tokens, S = (size_t)c->slice,
+                 nth = (size_t)threadpool_size(c->pool), group = (size_t)(c->heads / c->kv_heads);
     size_t kmax = (size_t)(H > qd ? H : qd) > (size_t)I ? (size_t)(H > qd ? H : qd) : (size_t)I;
-    size_t nws = T * (3 * (size_t)H + 2 * (size_t)qd + 2 * (size_t)kvd + 2 * (size_t)I + (size_t)hd + kmax) +
-                 nth * (size_t)o->max_model_len * group + T;
+    size_t nws = T * ((size_t)H + 1) +
+                 S * (2 * (size_t)H + 2 * (size_t)qd + 2 * (size_t)kvd + 2 * (size_t)I + (size_t)hd + kmax) +
+                 nth * (size_t)o->max_model_len * group;
     c->ws = xmalloc(nws * sizeof(float));
     cur = c->ws;
 #define CARVE(ptr, n) (ptr = cur, cur += (n))
     CARVE(c->x, T * H);
-    CARVE(c->h, T * H);
-    CARVE(c->tmp, T * H);
-    CARVE(c->q, T * qd);
-    CARVE(c->att, T * qd);
-    CARVE(c->k, T * kvd);
-    CARVE(c->v, T * kvd);
-    CARVE(c->g, T * I);
-    CARVE(c->u, T * I);
-    CARVE(c->xp, T * kmax);
-    CARVE(c->cos_t, T * (hd / 2));
-    CARVE(c->sin_t, T * (hd / 2));
+    c->token_seq = (int32_t *)cur; /* int32 and float are both 4 bytes */
+    cur += T;
+    CARVE(c->h, S * H);
+    CARVE(c->tmp, S * H);
+    CARVE(c->q, S * qd);
+    CARVE(c->att, S * qd);
+    CARVE(c->k, S * kvd);
+    CARVE(c->v, S * kvd);
+    CARVE(c->g, S * I);
+    CARVE(c->u, S * I);
+    CARVE(c->xp, S * kmax);
+    CARVE(c->cos_t, S * (hd / 2));
+    CARVE(c->sin_t, S * (hd / 2));
     CARVE(c->scores, nth * (size_t)o->max_model_len * group);
 #undef CARVE
-    c->token_seq = (int32_t *)cur;
-    cur += T;
     CHECK(cur == c->ws + nws, "workspace carve mismatch");
 
     Backend *b = xcalloc(1, sizeof *b);
@@ -340,15 +355,17 @@ static void add_inplace(float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-static void layer_forward(CpuBackend *c, int l, const StepInputs *in) {
+/* Layer l over the slice of the step's tokens t0 .. t0+T. */
+static void layer_forward(CpuBackend *c, int l, const StepInputs *in, int t0, int T) {
     const LayerWeights *lw = &c->w->layers[l];
     const LayerParams *p = &c->lp[l];
-    const int T = in->num_tokens, H = c->hidden, hd = c->head_dim, half = hd / 2;
+    const int H = c->hidden, hd = c->head_dim, half = hd / 2;
     const float eps = c->cfg.rms_norm_eps;
+    float *x = c->x + (int64_t)t0 * H; /* [T, H]: this slice's rows of the residual stream */
 
     /* attention block */
     for (int t = 0; t < T; t++)
-        rmsnorm_cpu(c->h + (int64_t)t * H, c->x + (int64_t)t * H, p->in_norm, H, eps);
+        rmsnorm_cpu(c->h + (int64_t)t * H, x + (int64_t)t * H, p->in_norm, H, eps);
     MatmulPart qkv[3] = {{&lw->q_proj, p->bq, c->q, c->q_dim},
                          {&lw->k_proj, p->bk, c->k, c->kv_dim},
                          {&lw->v_proj, p->bv, c->v, c->kv_dim}};
@@ -371,7 +388,7 @@ static void layer_forward(CpuBackend *c, int l, const StepInputs *in) {
     float *kc = c->kv + (int64_t)l * layer_floats;
     float *vc = c->kv + ((int64_t)c->layers + l) * layer_floats;
     for (int t = 0; t < T; t++) {
-        int64_t slot = in->slot_mapping[t];
+        int64_t slot = in->slot_mapping[t0 + t];
         if (slot < 0) continue;
         memcpy(kc + slot * c->kv_dim, c->k + (int64_t)t * c->kv_dim, c->kv_dim * sizeof(float));
         memcpy(vc + slot * c->kv_dim, c->v + (int64_t)t * c->kv_dim, c->kv_dim * sizeof(float));
@@ -380,7 +397,7 @@ static void layer_forward(CpuBackend *c, int l, const StepInputs *in) {
     AttentionArgs aa = {.q = c->q, .out = c->att, .k_cache = kc, .v_cache = vc, .num_tokens = T,
                         .n_heads = c->heads, .n_kv_heads = c->kv_heads, .head_dim = hd,
                         .block_size = c->block_size, .scale = 1.0f / sqrtf((float)hd),
-                        .positions = in->positions, .token_seq = c->token_seq,
+                        .positions = in->positions + t0, .token_seq = c->token_seq + t0,
                         .block_tables = in->block_tables,
                         .max_blocks_per_seq = in->max_blocks_per_seq, .scratch = c->scores,
                         .scratch_stride = (int64_t)c->opt.max_model_len * (c->heads / c->kv_heads)};
@@ -389,18 +406,18 @@ static void layer_forward(CpuBackend *c, int l, const StepInputs *in) {
     MatmulPart o = {&lw->o_proj, NULL, c->tmp, H};
     matmul_cpu(c->pool, c->att, c->q_dim, T, &o, 1, c->xp);
     prof_mark(c, PROF_O);
-    add_inplace(c->x, c->tmp, (int64_t)T * H);
+    add_inplace(x, c->tmp, (int64_t)T * H);
 
     /* MLP block */
     for (int t = 0; t < T; t++)
-        rmsnorm_cpu(c->h + (int64_t)t * H, c->x + (int64_t)t * H, p->post_norm, H, eps);
+        rmsnorm_cpu(c->h + (int64_t)t * H, x + (int64_t)t * H, p->post_norm, H, eps);
     prof_mark(c, PROF_NORMS);
     gate_up_silu_cpu(c->pool, c->h, T, &lw->gate_proj, &lw->up_proj, c->g, c->u, c->xp);
     prof_mark(c, PROF_GATE_UP);
     MatmulPart down = {&lw->down_proj, NULL, c->tmp, H};
     matmul_cpu(c->pool, c->g, c->inter, T, &down, 1, c->xp);
     prof_mark(c, PROF_DOWN);
-    add_inplace(c->x, c->tmp, (int64_t)T * H);
+    add_inplace(x, c->tmp, (int64_t)T * H);
 }
 
 static int cpu_forward(Backend *b, const StepInputs *in, float *logits) {
@@ -416,24 +433,29 @@ static int cpu_forward(Backend *b, const StepInputs *in, float *logits) {
 
     for (int s = 0; s < in->num_seqs; s++)
         for (int t = in->cu_seqlens_q[s]; t < in->cu_seqlens_q[s + 1]; t++) c->token_seq[t] = s;
-    for (int t = 0; t < T; t++) {
-        cpu_to_f32(c->x + (int64_t)t * H, w->embed_tokens.data, w->embed_tokens.dtype,
-                   (int64_t)in->input_ids[t] * H, H);
-        rope_cos_sin_cpu(in->positions[t], c->inv_freq, half, c->cos_t + (int64_t)t * half,
-                         c->sin_t + (int64_t)t * half);
+    /* slices in token order: a slice's attention reads the K/V the earlier ones wrote */
+    for (int t0 = 0; t0 < T; t0 += c->slice) {
+        const int n = T - t0 < c->slice ? T - t0 : c->slice;
+        for (int t = 0; t < n; t++) {
+            cpu_to_f32(c->x + (int64_t)(t0 + t) * H, w->embed_tokens.data, w->embed_tokens.dtype,
+                       (int64_t)in->input_ids[t0 + t] * H, H);
+            rope_cos_sin_cpu(in->positions[t0 + t], c->inv_freq, half,
+                             c->cos_t + (int64_t)t * half, c->sin_t + (int64_t)t * half);
+        }
+        for (int l = 0; l < c->layers; l++) layer_forward(c, l, in, t0, n);
     }
-    for (int l = 0; l < c->layers; l++) layer_forward(c, l, in);
 
-    if (in->num_logits == 0) {
+    /* final norm and lm_head on the wanted rows only, a slice of rows at a time */
+    for (int i0 = 0; i0 < in->num_logits; i0 += c->slice) {
+        const int m = in->num_logits - i0 < c->slice ? in->num_logits - i0 : c->slice;
+        for (int i = 0; i < m; i++)
+            rmsnorm_cpu(c->h + (int64_t)i * H, c->x + (int64_t)in->logits_indices[i0 + i] * H,
+                        c->final_norm, H, c->cfg.rms_norm_eps);
         prof_mark(c, PROF_NORMS);
-        return 0;
+        MatmulPart head = {&w->lm_head, NULL, logits + (int64_t)i0 * c->vocab, c->vocab};
+        matmul_cpu(c->pool, c->h, H, m, &head, 1, c->xp);
+        prof_mark(c, PROF_LM_HEAD);
     }
-    for (int i = 0; i < in->num_logits; i++)
-        rmsnorm_cpu(c->h + (int64_t)i * H, c->x + (int64_t)in->logits_indices[i] * H, c->final_norm,
-                    H, c->cfg.rms_norm_eps);
     prof_mark(c, PROF_NORMS);
-    MatmulPart head = {&w->lm_head, NULL, logits, c->vocab};
-    matmul_cpu(c->pool, c->h, H, in->num_logits, &head, 1, c->xp);
-    prof_mark(c, PROF_LM_HEAD);
     return 0;
 }
