@@ -73,7 +73,7 @@ typedef struct {
     float *g, *u;          /* [S, inter] */
     float *xp;             /* [S, max(hidden, q_dim, inter)]: matmul inputs, permuted (bf16) */
     float *cos_t, *sin_t;  /* [S, head_dim/2] */
-    float *scores;         /* [nth, heads/kv_heads * max_model_len] attention scratch */
+    float *scores;         /* [nth, heads * max_model_len] attention scratch */
 
     float *kv;             /* owned (mmap): [2, layers, num_blocks, block_size, kv_heads, head_dim] */
     size_t kv_floats, kv_map_bytes;
@@ -189,11 +189,11 @@ int backend_cpu_create(const ModelConfig *cfg, const ModelWeights *w, const Back
     c->slice = env_slice && atoi(env_slice) > 0 ? atoi(env_slice) : CPU_TOKEN_SLICE;
     if (c->slice > o->max_num_tokens) c->slice = o->max_num_tokens;
     const size_t T = (size_t)o->max_num_tokens, S = (size_t)c->slice,
-                 nth = (size_t)threadpool_size(c->pool), group = (size_t)(c->heads / c->kv_heads);
+                 nth = (size_t)threadpool_size(c->pool), heads = (size_t)c->heads;
     size_t kmax = (size_t)(H > qd ? H : qd) > (size_t)I ? (size_t)(H > qd ? H : qd) : (size_t)I;
     size_t nws = T * ((size_t)H + 1) +
                  S * (2 * (size_t)H + 2 * (size_t)qd + 2 * (size_t)kvd + 2 * (size_t)I + (size_t)hd + kmax) +
-                 nth * (size_t)o->max_model_len * group;
+                 nth * (size_t)o->max_model_len * heads;
     c->ws = xmalloc(nws * sizeof(float));
     cur = c->ws;
 #define CARVE(ptr, n) (ptr = cur, cur += (n))
@@ -211,7 +211,7 @@ int backend_cpu_create(const ModelConfig *cfg, const ModelWeights *w, const Back
     CARVE(c->xp, S * kmax);
     CARVE(c->cos_t, S * (hd / 2));
     CARVE(c->sin_t, S * (hd / 2));
-    CARVE(c->scores, nth * (size_t)o->max_model_len * group);
+    CARVE(c->scores, nth * (size_t)o->max_model_len * heads);
 #undef CARVE
     CHECK(cur == c->ws + nws, "workspace carve mismatch");
 
@@ -411,7 +411,7 @@ static void layer_forward(CpuBackend *c, int l, const StepInputs *in, int t0, in
                         .positions = in->positions + t0, .token_seq = c->token_seq + t0,
                         .block_tables = in->block_tables,
                         .max_blocks_per_seq = in->max_blocks_per_seq, .scratch = c->scores,
-                        .scratch_stride = (int64_t)c->opt.max_model_len * (c->heads / c->kv_heads)};
+                        .scratch_stride = (int64_t)c->opt.max_model_len * c->heads};
     attention_cpu(c->pool, &aa);
     prof_mark(c, PROF_ATTENTION);
     MatmulPart o = {&lw->o_proj, NULL, c->tmp, H};

@@ -308,32 +308,34 @@ void axpy_f32_scalar(float *y, float alpha, const float *x, int n) {
 typedef struct {
     const AttentionArgs *a;
     int use_avx2;
+    int parts; /* tasks per token: the kv heads split in this many ranges */
 } AttentionJob;
 
-/* Token t, query heads of kv head kvh: the reference path, one head after the other. */
-static void attention_task(const AttentionArgs *a, int use_avx2, float *scores, int t, int kvh) {
+/* Token t, query heads of kv heads kh0 .. kh1. The reference path: one head after the other. */
+static void attention_task(const AttentionArgs *a, int use_avx2, float *scores, int t, int kh0,
+                           int kh1) {
     const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
     const int64_t kv_stride = (int64_t)a->n_kv_heads * hd;
     const int s = a->token_seq[t], n = a->positions[t] + 1, bs = a->block_size;
     const int32_t *table = a->block_tables + (int64_t)s * a->max_blocks_per_seq;
-    const float *q = a->q + ((int64_t)t * a->n_heads + (int64_t)kvh * group) * hd;
-    float *out = a->out + ((int64_t)t * a->n_heads + (int64_t)kvh * group) * hd;
+    const float *q = a->q + ((int64_t)t * a->n_heads + (int64_t)kh0 * group) * hd;
+    float *out = a->out + ((int64_t)t * a->n_heads + (int64_t)kh0 * group) * hd;
 #if defined(__x86_64__)
     if (use_avx2) {
-        attention_group_avx2(q, out, group, a->k_cache + (int64_t)kvh * hd,
-                             a->v_cache + (int64_t)kvh * hd, table, n, bs, kv_stride, hd,
-                             a->scale, scores);
+        attention_heads_avx2(q, out, kh0, kh1, group, a->k_cache, a->v_cache, table, n, bs,
+                             kv_stride, hd, a->scale, scores);
         return;
     }
 #endif
-    for (int g = 0; g < group; g++) {
-        const float *qg = q + g * hd;
-        float *o = out + g * hd;
+    for (int hh = 0; hh < (kh1 - kh0) * group; hh++) {
+        const int kvh = kh0 + hh / group;
+        const float *qh = q + (int64_t)hh * hd;
+        float *o = out + (int64_t)hh * hd;
         float mx = -INFINITY;
         for (int j = 0; j < n; j++) {
             int64_t slot = (int64_t)table[j / bs] * bs + j % bs;
             const float *k = a->k_cache + slot * kv_stride + (int64_t)kvh * hd;
-            float sc = dot_f32_scalar(qg, k, hd) * a->scale;
+            float sc = dot_f32_scalar(qh, k, hd) * a->scale;
             scores[j] = sc;
             if (sc > mx) mx = sc;
         }
@@ -355,14 +357,22 @@ static void attention_task(const AttentionArgs *a, int use_avx2, float *scores, 
 
 static void attention_job(void *ctx, int64_t task, int thread) {
     AttentionJob *j = ctx;
-    float *scores = j->a->scratch + (int64_t)thread * j->a->scratch_stride;
-    attention_task(j->a, j->use_avx2, scores, (int)(task / j->a->n_kv_heads),
-                   (int)(task % j->a->n_kv_heads));
+    const AttentionArgs *a = j->a;
+    float *scores = a->scratch + (int64_t)thread * a->scratch_stride;
+    const int t = (int)(task / j->parts), part = (int)(task % j->parts);
+    const int kh0 = part * a->n_kv_heads / j->parts, kh1 = (part + 1) * a->n_kv_heads / j->parts;
+    attention_task(a, j->use_avx2, scores, t, kh0, kh1);
 }
 
 void attention_cpu(ThreadPool *pool, const AttentionArgs *a) {
     CHECK(a->n_kv_heads > 0 && a->n_heads % a->n_kv_heads == 0, "heads %d, kv heads %d",
           a->n_heads, a->n_kv_heads);
-    AttentionJob j = {.a = a, .use_avx2 = cpu_isa_get() >= CPU_ISA_AVX2};
-    threadpool_run(pool, attention_job, &j, (int64_t)a->num_tokens * a->n_kv_heads);
+    /* A task is one token's heads, split in ranges of kv heads only as far as it takes to give
+     * every thread two tasks (one decoding sequence still uses all threads). Each head's
+     * arithmetic is the same whatever the split. */
+    AttentionJob j = {.a = a, .use_avx2 = cpu_isa_get() >= CPU_ISA_AVX2, .parts = 1};
+    const int want = 2 * threadpool_size(pool);
+    while (j.parts < a->n_kv_heads && (int64_t)a->num_tokens * j.parts < want) j.parts *= 2;
+    if (j.parts > a->n_kv_heads) j.parts = a->n_kv_heads;
+    threadpool_run(pool, attention_job, &j, (int64_t)a->num_tokens * j.parts);
 }

@@ -119,19 +119,20 @@ typedef struct {
     const int32_t *block_tables; /* [num_seqs, max_blocks_per_seq] */
     int max_blocks_per_seq;
     float *scratch;         /* [nth, scratch_stride]: per-thread scores */
-    int64_t scratch_stride; /* >= (n_heads / n_kv_heads) * longest context (max positions + 1) */
+    int64_t scratch_stride; /* >= n_heads * longest context (max positions[t] + 1) */
 } AttentionArgs;
 void attention_cpu(ThreadPool *pool, const AttentionArgs *a);
 
 /* Vector helpers of the reference attention. */
 float dot_f32_scalar(const float *a, const float *b, int n);
 void axpy_f32_scalar(float *y, float alpha, const float *x, int n); /* y += alpha * x */
-/* The AVX2 attention of one token's `group` query heads q [group, hd] that share one kv head:
- * k_cache/v_cache already offset to that kv head, kv_stride floats between slots; n keys read
- * through table. scores: [group * n] scratch; out: [group, hd]. */
-void attention_group_avx2(const float *q, float *out, int group, const float *k_cache,
-                          const float *v_cache, const int32_t *table, int n, int bs,
-                          int64_t kv_stride, int hd, float scale, float *scores);
+/* The AVX2 attention of one token's query heads of kv heads kh0 .. kh1 (group query heads
+ * each): q / out [(kh1-kh0)*group, hd] (that token's rows, from head kh0*group on);
+ * k_cache/v_cache: the layer's [slots, kv_stride]; n keys read through table.
+ * scores: [(kh1-kh0)*group * n] scratch. */
+void attention_heads_avx2(const float *q, float *out, int kh0, int kh1, int group,
+                          const float *k_cache, const float *v_cache, const int32_t *table, int n,
+                          int bs, int64_t kv_stride, int hd, float scale, float *scores);
 /* sum of x[0..n): used by the bandwidth benchmark. */
 float sum_f32_avx2(const float *x, int64_t n);
 
