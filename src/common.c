@@ -18,12 +18,20 @@ int cvllm_errorf(int code, const char *fmt, ...) {
 
 int cvllm_error_wrap(int code, const char *fmt, ...) {
     char prefix[1024], old[sizeof g_error];
+    size_t n;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, g_error, sizeof old);
-    snprintf(g_error, sizeof g_error, "%s: %s", prefix, old);
+    n = strlen(prefix);
+    if (n > sizeof g_error - 3) n = sizeof g_error - 3;
+    memcpy(g_error, prefix, n);
+    memcpy(g_error + n, ": ", 2);
+    size_t rest = strlen(old);
+    if (rest > sizeof g_error - n - 3) rest = sizeof g_error - n - 3;
+    memcpy(g_error + n + 2, old, rest);
+    g_error[n + 2 + rest] = '\0';
     return code;
 }
 

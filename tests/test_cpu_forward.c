@@ -85,6 +85,8 @@ static void tiny_model(TinyKind kind, ModelConfig *cfg, ModelWeights *w) {
         cfg->rope_low_freq_factor = 1.0;
         cfg->rope_high_freq_factor = 4.0;
         cfg->rope_original_max_position = 32;
+        cfg->attention_bias = 1; /* Llama: q/k/v and o_proj biases */
+        cfg->o_proj_bias = 1;
         dt = DTYPE_F16;
     }
     const int H = cfg->hidden_size, hd = cfg->head_dim, qd = cfg->num_attention_heads * hd,
@@ -111,6 +113,7 @@ static void tiny_model(TinyKind kind, ModelConfig *cfg, ModelWeights *w) {
             lw->k_bias = rand_tensor(dt, 1, kvd, 0.5f, 0.0f);
             lw->v_bias = rand_tensor(dt, 1, kvd, 0.5f, 0.0f);
         }
+        if (cfg->o_proj_bias) lw->o_bias = rand_tensor(dt, 1, H, 0.5f, 0.0f);
     }
     w->norm = rand_tensor(dt, 1, H, 0.2f, 1.0f);
     w->lm_head = cfg->tie_word_embeddings ? w->embed_tokens
@@ -123,7 +126,7 @@ static void tiny_free(const ModelConfig *cfg, ModelWeights *w) {
         const Tensor *ts[] = {&lw->input_layernorm, &lw->post_attention_layernorm, &lw->q_proj,
                               &lw->k_proj, &lw->v_proj, &lw->o_proj, &lw->gate_proj, &lw->up_proj,
                               &lw->down_proj, &lw->q_norm, &lw->k_norm, &lw->q_bias, &lw->k_bias,
-                              &lw->v_bias};
+                              &lw->v_bias, &lw->o_bias};
         for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) free((void *)ts[i]->data);
     }
     free(w->layers);
@@ -224,7 +227,7 @@ static void naive_forward(const ModelConfig *cfg, const ModelWeights *w, const i
                 }
             }
             Tensor none = {0};
-            ref_linear(o, att, &lw->o_proj, &none);
+            ref_linear(o, att, &lw->o_proj, &lw->o_bias);
             for (int i = 0; i < H; i++) x[t * H + i] += o[i];
             ref_rmsnorm(h, x + t * H, &lw->post_attention_layernorm, 0, H, cfg->rms_norm_eps);
             ref_linear(g, h, &lw->gate_proj, &none);

@@ -83,7 +83,9 @@ static void test_threadpool_each_task_once(void **state) {
 
 /* ---------------------------------------------------------------- matmul */
 
-static void check_matmul(CpuIsa isa, DType dt, int T, int64_t K, int64_t N, int with_bias) {
+/* packed: bf16 weights through matmul_pack_bf16 and the packed AVX2 kernel */
+static void check_matmul_p(CpuIsa isa, DType dt, int T, int64_t K, int64_t N, int with_bias,
+                           int packed) {
     float *x = xmalloc((size_t)(T * K) * sizeof(float));
     for (int64_t i = 0; i < T * K; i++) x[i] = frand();
     void *w = random_weights(dt, N * K, 0.5f);
@@ -96,8 +98,14 @@ static void check_matmul(CpuIsa isa, DType dt, int T, int64_t K, int64_t N, int 
     float *y1 = xmalloc((size_t)N * sizeof(float));
     MatmulArgs a = {.x = x, .ldx = K, .T = T, .w = w, .wdt = dt, .K = K, .bias = bias, .y = y,
                     .ldy = N};
-    /* split the rows in two awkward ranges to exercise the tile remainders */
-    int64_t mid = N / 3;
+    uint16_t *wp = NULL;
+    if (packed) {
+        Tensor tw = {w, dt, N, K};
+        a.wp = wp = matmul_pack_bf16(&tw);
+    }
+    /* split the rows in two awkward ranges to exercise the tile remainders (packed: at a panel
+     * boundary, as the thread split does) */
+    int64_t mid = packed ? N / 3 / 16 * 16 : N / 3;
     matmul_rows(isa, &a, 0, mid);
     matmul_rows(isa, &a, mid, N);
     double worst = 0;
@@ -125,13 +133,47 @@ static void check_matmul(CpuIsa isa, DType dt, int T, int64_t K, int64_t N, int 
                          y[t * N + n]);
     }
     if (worst > 1e-5)
-        fail_msg("%s dtype %d T=%d K=%lld N=%lld: worst relative error %.3g > 1e-5",
-                 cpu_isa_name(isa), dt, T, (long long)K, (long long)N, worst);
+        fail_msg("%s%s dtype %d T=%d K=%lld N=%lld: worst relative error %.3g > 1e-5",
+                 cpu_isa_name(isa), packed ? " packed" : "", dt, T, (long long)K, (long long)N,
+                 worst);
+    free(wp);
     free(x);
     free(w);
     free(bias);
     free(y);
     free(y1);
+}
+
+static void check_matmul(CpuIsa isa, DType dt, int T, int64_t K, int64_t N, int with_bias) {
+    check_matmul_p(isa, dt, T, K, N, with_bias, 0);
+}
+
+/* The packed bf16 panels (AVX2): partial last panels, several panels per thread range, T from 1
+ * to past two 6-token tiles, bias; each token alone bit-identical to the batch. */
+static void test_matmul_packed(void **state) {
+    (void)state;
+    if (!isa_available(CPU_ISA_AVX2)) skip();
+    static const int Ts[] = {1, 2, 5, 6, 7, 12, 13, 16, 37};
+    static const int64_t Ks[] = {1, 7, 16, 67, 130};
+    static const int64_t Ns[] = {1, 15, 16, 17, 48, 67, 100};
+    int runs = 0;
+    for (size_t ti = 0; ti < sizeof Ts / sizeof *Ts; ti++)
+        for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
+            for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++, runs++)
+                check_matmul_p(CPU_ISA_AVX2, DTYPE_BF16, Ts[ti], Ks[ki], Ns[ni], (int)(ni & 1), 1);
+    /* the packing itself: lane (r0, r8, r1, r9, ...) of each k, zero rows past N */
+    uint16_t w[20 * 3];
+    for (int i = 0; i < 60; i++) w[i] = (uint16_t)(i + 1);
+    Tensor t = {w, DTYPE_BF16, 20, 3};
+    uint16_t *p = matmul_pack_bf16(&t);
+    assert_int_equal(p[0], w[0 * 3 + 0]);  /* panel 0, k 0, row 0 */
+    assert_int_equal(p[1], w[8 * 3 + 0]);  /* row 8 */
+    assert_int_equal(p[2], w[1 * 3 + 0]);  /* row 1 */
+    assert_int_equal(p[16 + 3], w[9 * 3 + 1]); /* k 1, row 9 */
+    assert_int_equal(p[3 * 16 + 0], w[16 * 3 + 0]); /* panel 1, k 0, row 16 */
+    assert_int_equal(p[3 * 16 + 1], 0);            /* row 24 does not exist */
+    free(p);
+    print_message("packed matmul: %d configurations\n", runs);
 }
 
 static void test_matmul_all_paths(void **state) {
@@ -178,9 +220,9 @@ static void test_matmul_threads_identical(void **state) {
         out[r][1] = xmalloc(T * N1 * sizeof(float));
         out[r][2] = xmalloc(T * I * sizeof(float));
         out[r][3] = xmalloc(T * I * sizeof(float));
-        MatmulPart parts[2] = {{&w0, NULL, out[r][0], N0}, {&w1, NULL, out[r][1], N1}};
+        MatmulPart parts[2] = {{&w0, NULL, out[r][0], N0, NULL}, {&w1, NULL, out[r][1], N1, NULL}};
         matmul_cpu(pool, x, K, T, parts, 2, r ? xpb : NULL);
-        gate_up_silu_cpu(pool, x, T, &wg, &wu, out[r][2], out[r][3], r ? xpb : NULL);
+        gate_up_silu_cpu(pool, x, T, &wg, &wu, NULL, NULL, out[r][2], out[r][3], r ? xpb : NULL);
         threadpool_destroy(pool);
     }
     assert_memory_equal(out[0][0], out[1][0], T * N0 * sizeof(float));
@@ -448,6 +490,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_threadpool_each_task_once),
         cmocka_unit_test(test_matmul_all_paths),
+        cmocka_unit_test(test_matmul_packed),
         cmocka_unit_test(test_matmul_threads_identical),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope_default_linear_llama3),

@@ -94,7 +94,7 @@ static void bench_matmul_shape(ThreadPool *pool, const char *name, int64_t N, in
     float *xp = xmalloc((size_t)(T * K) * sizeof(float));
     for (int64_t i = 0; i < T * K; i++) x[i] = (float)(rnd32() >> 8) / 8388608.0f - 1.0f;
     Tensor t = {w, DTYPE_BF16, N, K};
-    MatmulPart part = {&t, NULL, y, N};
+    MatmulPart part = {&t, NULL, y, N, NULL};
     int iters = reps * copies;
     if (iters < 4) iters = 4;
     /* warm-up */

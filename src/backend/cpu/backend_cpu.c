@@ -40,6 +40,9 @@ typedef struct {
     float *in_norm, *post_norm; /* [hidden] */
     float *q_norm, *k_norm;     /* [head_dim] or NULL */
     float *bq, *bk, *bv;        /* [heads*head_dim], [kv*head_dim] x2, or NULL */
+    float *bo;                  /* [hidden] o_proj bias (Llama/Qwen3 attention_bias) or NULL */
+    /* bf16 matrices packed for the AVX2 kernels (matmul_pack_bf16), owned; NULL = not packed */
+    uint16_t *pq, *pk, *pv, *po, *pgate, *pup, *pdown;
 } LayerParams;
 
 /* CVLLM_CPU_PROFILE=1: wall time per op, printed when the backend is destroyed. */
@@ -62,6 +65,7 @@ typedef struct {
     float *params;         /* owned: every LayerParams vector, final_norm and inv_freq */
     LayerParams *lp;       /* owned: [layers] */
     float *final_norm;     /* [hidden] */
+    uint16_t *p_lm_head;   /* owned: lm_head packed for the AVX2 kernels, or NULL */
     float *inv_freq;       /* [head_dim/2] */
 
     int slice;             /* tokens per slice: S = min(max_num_tokens, CPU_TOKEN_SLICE) */
@@ -99,6 +103,30 @@ static int check_matrix(const char *name, int layer, const Tensor *t, int64_t ro
                             layer, name, (long long)t->rows, (long long)t->cols,
                             t->data ? "" : " (missing)", (long long)rows, (long long)cols);
     return 0;
+}
+
+/* With the AVX2 kernels, bf16 matrices are repacked once into 16-row panels (ops.h: one
+ * contiguous stream per panel for batch-1 decode, 12-accumulator tiles for batches): a bf16 copy
+ * of the weights, never an f32 one. CVLLM_CPU_PACK=0 keeps the row-major kernels. */
+static uint16_t *pack_one(const Tensor *t) {
+    return t->dtype == DTYPE_BF16 ? matmul_pack_bf16(t) : NULL;
+}
+
+static void pack_weights(CpuBackend *c) {
+    const char *env = getenv("CVLLM_CPU_PACK");
+    if (cpu_isa_get() != CPU_ISA_AVX2 || (env && !strcmp(env, "0"))) return;
+    for (int l = 0; l < c->layers; l++) {
+        const LayerWeights *lw = &c->w->layers[l];
+        LayerParams *p = &c->lp[l];
+        p->pq = pack_one(&lw->q_proj);
+        p->pk = pack_one(&lw->k_proj);
+        p->pv = pack_one(&lw->v_proj);
+        p->po = pack_one(&lw->o_proj);
+        p->pgate = pack_one(&lw->gate_proj);
+        p->pup = pack_one(&lw->up_proj);
+        p->pdown = pack_one(&lw->down_proj);
+    }
+    c->p_lm_head = pack_one(&c->w->lm_head);
 }
 
 static int cpu_forward(Backend *b, const StepInputs *in, float *logits);
@@ -160,7 +188,7 @@ int backend_cpu_create(const ModelConfig *cfg, const ModelWeights *w, const Back
     c->layers = L;
 
     /* small f32 vectors */
-    size_t np = (size_t)L * (2 * H + 2 * hd + qd + 2 * kvd) + H + hd / 2;
+    size_t np = (size_t)L * (3 * H + 2 * hd + qd + 2 * kvd) + H + hd / 2;
     c->params = xmalloc(np * sizeof(float));
     c->lp = xcalloc((size_t)L, sizeof(LayerParams));
     float *cur = c->params;
@@ -177,7 +205,9 @@ int backend_cpu_create(const ModelConfig *cfg, const ModelWeights *w, const Back
         p->bq = widen(&cur, &lw->q_bias, qd);
         p->bk = widen(&cur, &lw->k_bias, kvd);
         p->bv = widen(&cur, &lw->v_bias, kvd);
+        p->bo = widen(&cur, &lw->o_bias, H);
     }
+    pack_weights(c);
     c->final_norm = widen(&cur, &w->norm, H);
     c->inv_freq = cur;
     cur += hd / 2;
@@ -239,6 +269,12 @@ static void cpu_destroy(Backend *b) {
     }
     if (c) {
         threadpool_destroy(c->pool);
+        for (int l = 0; c->lp && l < c->layers; l++) {
+            LayerParams *p = &c->lp[l];
+            free(p->pq), free(p->pk), free(p->pv), free(p->po);
+            free(p->pgate), free(p->pup), free(p->pdown);
+        }
+        free(c->p_lm_head);
         free(c->params);
         free(c->lp);
         free(c->ws);
@@ -377,9 +413,9 @@ static void layer_forward(CpuBackend *c, int l, const StepInputs *in, int t0, in
     /* attention block */
     for (int t = 0; t < T; t++)
         rmsnorm_cpu(c->h + (int64_t)t * H, x + (int64_t)t * H, p->in_norm, H, eps);
-    MatmulPart qkv[3] = {{&lw->q_proj, p->bq, c->q, c->q_dim},
-                         {&lw->k_proj, p->bk, c->k, c->kv_dim},
-                         {&lw->v_proj, p->bv, c->v, c->kv_dim}};
+    MatmulPart qkv[3] = {{&lw->q_proj, p->bq, c->q, c->q_dim, p->pq},
+                         {&lw->k_proj, p->bk, c->k, c->kv_dim, p->pk},
+                         {&lw->v_proj, p->bv, c->v, c->kv_dim, p->pv}};
     prof_mark(c, PROF_NORMS);
     matmul_cpu(c->pool, c->h, H, T, qkv, 3, c->xp);
     prof_mark(c, PROF_QKV);
@@ -414,7 +450,7 @@ static void layer_forward(CpuBackend *c, int l, const StepInputs *in, int t0, in
                         .scratch_stride = (int64_t)c->opt.max_model_len * c->heads};
     attention_cpu(c->pool, &aa);
     prof_mark(c, PROF_ATTENTION);
-    MatmulPart o = {&lw->o_proj, NULL, c->tmp, H};
+    MatmulPart o = {&lw->o_proj, p->bo, c->tmp, H, p->po};
     matmul_cpu(c->pool, c->att, c->q_dim, T, &o, 1, c->xp);
     prof_mark(c, PROF_O);
     add_inplace(x, c->tmp, (int64_t)T * H);
@@ -423,9 +459,10 @@ static void layer_forward(CpuBackend *c, int l, const StepInputs *in, int t0, in
     for (int t = 0; t < T; t++)
         rmsnorm_cpu(c->h + (int64_t)t * H, x + (int64_t)t * H, p->post_norm, H, eps);
     prof_mark(c, PROF_NORMS);
-    gate_up_silu_cpu(c->pool, c->h, T, &lw->gate_proj, &lw->up_proj, c->g, c->u, c->xp);
+    gate_up_silu_cpu(c->pool, c->h, T, &lw->gate_proj, &lw->up_proj, p->pgate, p->pup, c->g, c->u,
+                     c->xp);
     prof_mark(c, PROF_GATE_UP);
-    MatmulPart down = {&lw->down_proj, NULL, c->tmp, H};
+    MatmulPart down = {&lw->down_proj, NULL, c->tmp, H, p->pdown};
     matmul_cpu(c->pool, c->g, c->inter, T, &down, 1, c->xp);
     prof_mark(c, PROF_DOWN);
     add_inplace(x, c->tmp, (int64_t)T * H);
@@ -463,7 +500,8 @@ static int cpu_forward(Backend *b, const StepInputs *in, float *logits) {
             rmsnorm_cpu(c->h + (int64_t)i * H, c->x + (int64_t)in->logits_indices[i0 + i] * H,
                         c->final_norm, H, c->cfg.rms_norm_eps);
         prof_mark(c, PROF_NORMS);
-        MatmulPart head = {&w->lm_head, NULL, logits + (int64_t)i0 * c->vocab, c->vocab};
+        MatmulPart head = {&w->lm_head, NULL, logits + (int64_t)i0 * c->vocab, c->vocab,
+                           c->p_lm_head};
         matmul_cpu(c->pool, c->h, H, m, &head, 1, c->xp);
         prof_mark(c, PROF_LM_HEAD);
     }

@@ -118,6 +118,10 @@ void matmul_rows_scalar(const MatmulArgs *a, int64_t n0, int64_t n1) {
 
 void matmul_rows(CpuIsa isa, const MatmulArgs *a, int64_t n0, int64_t n1) {
 #if defined(__x86_64__)
+    if (isa == CPU_ISA_AVX2 && a->wp) {
+        matmul_rows_packed_avx2(a, n0, n1);
+        return;
+    }
     if (isa == CPU_ISA_AVX512) {
         matmul_rows_avx512(a, n0, n1);
         return;
@@ -130,13 +134,34 @@ void matmul_rows(CpuIsa isa, const MatmulArgs *a, int64_t n0, int64_t n1) {
     matmul_rows_scalar(a, n0, n1);
 }
 
-/* Rows per work chunk: a multiple of every kernel's row tile (24), about 8 chunks per thread so
- * the atomic hand-out evens out, at most 512 rows. */
+uint16_t *matmul_pack_bf16(const Tensor *w) {
+    CHECK(w->dtype == DTYPE_BF16 && w->data, "packing a %s tensor", w->data ? "non-bf16" : "missing");
+    const int64_t N = w->rows, K = w->cols, np = (N + 15) / 16;
+    size_t bytes = (size_t)np * (size_t)K * 16 * sizeof(uint16_t);
+    uint16_t *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    CHECK(p != NULL, "out of memory packing a [%lld, %lld] matrix", (long long)N, (long long)K);
+    const uint16_t *src = w->data;
+    for (int64_t pi = 0; pi < np; pi++) {
+        uint16_t *panel = p + pi * K * 16;
+        for (int r = 0; r < 16; r++) {
+            int64_t n = pi * 16 + r;
+            int lane = r < 8 ? 2 * r : 2 * (r - 8) + 1; /* (r0, r8, r1, r9, ..., r7, r15) */
+            if (n < N)
+                for (int64_t k = 0; k < K; k++) panel[k * 16 + lane] = src[n * K + k];
+            else
+                for (int64_t k = 0; k < K; k++) panel[k * 16 + lane] = 0;
+        }
+    }
+    return p;
+}
+
+/* Rows per work chunk: a multiple of every kernel's row tile (24) and of the packed panel (16),
+ * about 8 chunks per thread so the atomic hand-out evens out, at most 528 rows. */
 static int64_t matmul_chunk_rows(int64_t N, int nth) {
     int64_t c = N / ((int64_t)nth * 8);
-    c = (c + 23) / 24 * 24;
-    if (c < 24) c = 24;
-    if (c > 504) c = 504;
+    c = (c + 47) / 48 * 48;
+    if (c < 48) c = 48;
+    if (c > 528) c = 528;
     return c;
 }
 
@@ -159,7 +184,8 @@ static void matmul_job(void *ctx, int64_t c, int thread) {
     int64_t n0 = (c - j->part_chunks[p]) * j->chunk;
     int64_t n1 = n0 + j->chunk < pt->w->rows ? n0 + j->chunk : pt->w->rows;
     MatmulArgs a = {.x = j->x, .ldx = j->ldx, .T = j->T, .w = pt->w->data, .wdt = pt->w->dtype,
-                    .K = pt->w->cols, .bias = pt->bias, .y = pt->y, .ldy = pt->ldy, .xp = j->xp};
+                    .K = pt->w->cols, .bias = pt->bias, .y = pt->y, .ldy = pt->ldy, .xp = j->xp,
+                    .wp = pt->wp};
     matmul_rows(j->isa, &a, n0, n1);
 }
 
@@ -201,6 +227,7 @@ typedef struct {
     const float *x, *xp;
     int T;
     const Tensor *wg, *wu;
+    const uint16_t *wgp, *wup;
     float *g, *u;
     int64_t chunk, num_chunks;
 } GateUpJob;
@@ -210,20 +237,22 @@ static void gate_up_job(void *ctx, int64_t c, int thread) {
     const int64_t I = j->wg->rows, K = j->wg->cols;
     int64_t n0 = c * j->chunk, n1 = n0 + j->chunk < I ? n0 + j->chunk : I;
     MatmulArgs a = {.x = j->x, .ldx = K, .T = j->T, .w = j->wg->data, .wdt = j->wg->dtype, .K = K,
-                    .y = j->g, .ldy = I, .xp = j->xp};
+                    .y = j->g, .ldy = I, .xp = j->xp, .wp = j->wgp};
     matmul_rows(j->isa, &a, n0, n1);
     a.w = j->wu->data;
     a.wdt = j->wu->dtype;
+    a.wp = j->wup;
     a.y = j->u;
     matmul_rows(j->isa, &a, n0, n1);
     for (int t = 0; t < j->T; t++) silu_mul_cpu(j->g + t * I + n0, j->u + t * I + n0, n1 - n0);
 }
 
 void gate_up_silu_cpu(ThreadPool *pool, const float *x, int T, const Tensor *wg, const Tensor *wu,
-                      float *g, float *u, float *xp_buf) {
+                      const uint16_t *wgp, const uint16_t *wup, float *g, float *u, float *xp_buf) {
     CHECK(wg->rows == wu->rows && wg->cols == wu->cols, "gate [%lld, %lld] vs up [%lld, %lld]",
           (long long)wg->rows, (long long)wg->cols, (long long)wu->rows, (long long)wu->cols);
-    GateUpJob j = {.isa = cpu_isa_get(), .x = x, .T = T, .wg = wg, .wu = wu, .g = g, .u = u};
+    GateUpJob j = {.isa = cpu_isa_get(), .x = x, .T = T, .wg = wg, .wu = wu, .wgp = wgp,
+                   .wup = wup, .g = g, .u = u};
     j.xp = prepare_xp(j.isa, x, wg->cols, T, wg->cols,
                       wg->dtype == DTYPE_BF16 || wu->dtype == DTYPE_BF16, xp_buf);
     j.chunk = matmul_chunk_rows(wg->rows, threadpool_size(pool));

@@ -56,6 +56,7 @@ typedef struct {
     int64_t ldy;
     const float *xp; /* AVX2 + bf16 only: x permuted by matmul_permute_x_avx2 ([T, K]), or NULL
                       * to let the kernel make the copy itself */
+    const uint16_t *wp; /* AVX2 + bf16 only: W packed by matmul_pack_bf16, or NULL */
 } MatmulArgs;
 
 void matmul_rows_scalar(const MatmulArgs *a, int64_t n0, int64_t n1);
@@ -63,8 +64,21 @@ void matmul_rows_avx2(const MatmulArgs *a, int64_t n0, int64_t n1);   /* matmul_
 /* xp[T, K] = x with every full block of 16 floats reordered evens then odds (tail as is). */
 void matmul_permute_x_avx2(const float *x, int64_t ldx, int T, int64_t K, float *xp);
 void matmul_rows_avx512(const MatmulArgs *a, int64_t n0, int64_t n1); /* matmul_avx512.c */
-/* The variant for isa. */
+/* The variant for isa (the packed AVX2 kernel when isa is AVX2 and a->wp is set). */
 void matmul_rows(CpuIsa isa, const MatmulArgs *a, int64_t n0, int64_t n1);
+
+/* Packed bf16 panels, for the AVX2 kernels. A bf16 W [N, K] is repacked once at load into
+ * ceil(N/16) panels of [K][16]: panel p holds rows 16p .. 16p+15 and, for each k, their 16
+ * weights in the lane order (r0, r8, r1, r9, ..., r7, r15), so that one 32-byte load widened by a
+ * shift gives rows 0-7 and by an AND rows 8-15 as f32. A panel is one contiguous stream (the
+ * row-major kernels read 8 rows at once: 8 streams 2K bytes apart, which Zen 3's prefetchers
+ * serve at about half the bandwidth), and x is broadcast one element at a time, so a tile of
+ * 6 tokens x 16 rows keeps 12 accumulators busy (~115 GFLOP/s on 2 Zen 3 cores vs ~65).
+ * Every output element is one FMA chain over k = 0 .. K-1 from 0, then + bias: the same for
+ * every T and tile (batch invariance). Rows past N are zero. */
+uint16_t *matmul_pack_bf16(const Tensor *w); /* 64-byte aligned; free() it */
+/* n0 must be a multiple of 16 (panel boundary); n1 a multiple of 16 or N. */
+void matmul_rows_packed_avx2(const MatmulArgs *a, int64_t n0, int64_t n1); /* matmul_packed_avx2.c */
 
 /* y[T, N] = x[T, K] @ W^T (+ bias): one job over up to CPU_MATMUL_MAX_PARTS weight matrices that
  * share x (q/k/v), rows split over the pool's threads. xp_buf: T*K floats of scratch for the
@@ -75,13 +89,14 @@ typedef struct {
     const float *bias; /* [N] f32 or NULL */
     float *y;          /* [T, ldy] */
     int64_t ldy;
+    const uint16_t *wp; /* w packed by matmul_pack_bf16, or NULL */
 } MatmulPart;
 void matmul_cpu(ThreadPool *pool, const float *x, int64_t ldx, int T, const MatmulPart *parts,
                 int num_parts, float *xp_buf);
 /* g[T, I] = silu(x @ Wg^T) * (x @ Wu^T), the two matmuls and the gating fused per row chunk;
- * u[T, I] is scratch. */
+ * u[T, I] is scratch. wgp / wup: the packed weights or NULL. */
 void gate_up_silu_cpu(ThreadPool *pool, const float *x, int T, const Tensor *wg, const Tensor *wu,
-                      float *g, float *u, float *xp_buf);
+                      const uint16_t *wgp, const uint16_t *wup, float *g, float *u, float *xp_buf);
 
 /* ---------------------------------------------------------------- small ops (reference) */
 
