@@ -14,15 +14,23 @@
 
 static int g_isa = -1; /* -1 = not chosen yet */
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+/* F16C through CPUID (leaf 1, ECX bit 29): clang 14's __builtin_cpu_supports does not know it. */
+static int cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+
 CpuIsa cpu_isa_best(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        __builtin_cpu_supports("fma") && cpu_has_f16c())
         return CPU_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c())
         return CPU_ISA_AVX2;
 #endif
     return CPU_ISA_SCALAR;
