@@ -38,7 +38,7 @@ struct CvllmEngine {
     Sequence **seqs; /* [num_ids]: by request id; NULL once taken. Owned. */
     int64_t num_ids, cap_ids;
     int32_t *step_tokens;   /* [max_num_seqs] */
-    uint64_t rng;           /* seeds unseeded requests */
+    uint64_t rng;           /* counter that seeds unseeded requests */
     int64_t prompt_tokens_computed, generated_tokens;
     int peak_blocks_used;
     EngineLogitsFn logits_fn;
@@ -194,13 +194,6 @@ void cvllm_engine_destroy(CvllmEngine *e) {
     free(e);
 }
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 /* Everything about a request that can be wrong, checked before anything is queued. */
 static int validate_request(const CvllmEngine *e, const int32_t *prompt, int n,
                             const CvllmSamplingParams *p) {
@@ -254,7 +247,9 @@ int64_t cvllm_engine_add_request(CvllmEngine *e, const int32_t *prompt, int n,
     int64_t id = e->num_ids;
     Sequence *s = sequence_create(id, prompt, n, &p); /* copies prompt and stop ids */
     s->arrival = id;
-    sequence_seed_rng(s, cp->seed >= 0 ? (uint64_t)cp->seed : splitmix64(&e->rng));
+    /* unseeded requests: distinct seeds from the engine's counter (sequence_seed_rng mixes them
+     * with splitmix64, so consecutive values give unrelated streams) */
+    sequence_seed_rng(s, cp->seed >= 0 ? (uint64_t)cp->seed : e->rng++);
     DA_PUSH(e->seqs, e->num_ids, e->cap_ids, s);
     scheduler_add(e->sched, s);
     return id;
