@@ -252,7 +252,15 @@ static void gate_up_job(void *ctx, int64_t c, int thread) {
     a.wp = j->wup;
     a.y = j->u;
     matmul_rows(j->isa, &a, n0, n1);
-    for (int t = 0; t < j->T; t++) silu_mul_cpu(j->g + t * I + n0, j->u + t * I + n0, n1 - n0);
+    for (int t = 0; t < j->T; t++) {
+#if defined(__x86_64__)
+        if (j->isa != CPU_ISA_SCALAR) {
+            silu_mul_avx2(j->g + t * I + n0, j->u + t * I + n0, n1 - n0);
+            continue;
+        }
+#endif
+        silu_mul_cpu(j->g + t * I + n0, j->u + t * I + n0, n1 - n0);
+    }
 }
 
 void gate_up_silu_cpu(ThreadPool *pool, const float *x, int T, const Tensor *wg, const Tensor *wu,

@@ -148,6 +148,11 @@ void axpy_f32_scalar(float *y, float alpha, const float *x, int n); /* y += alph
 void attention_heads_avx2(const float *q, float *out, int kh0, int kh1, int group,
                           const float *k_cache, const float *v_cache, const int32_t *table, int n,
                           int bs, int64_t kv_stride, int hd, float scale, float *scores);
+/* AVX2 exp (Cephes' expf polynomial, within 2 ulp of expf; the scalar twin gives bit-identical
+ * values) and silu(g) * u with it. */
+float exp_avx2_scalar(float x);
+void exp_inplace_avx2(float *x, int64_t n);
+void silu_mul_avx2(float *g, const float *u, int64_t n);
 /* sum of x[0..n): used by the bandwidth benchmark. */
 float sum_f32_avx2(const float *x, int64_t n);
 

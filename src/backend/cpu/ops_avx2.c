@@ -6,6 +6,8 @@
 
 #include "backend/cpu/ops.h"
 
+void exp_inplace_avx2(float *x, int64_t n);
+
 static inline float hsum8(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -68,7 +70,8 @@ void attention_heads_avx2(const float *q, float *out, int kh0, int kh1, int grou
     for (int h = 0; h < nh; h++) {
         float *sc = scores + (int64_t)h * n, mx = -INFINITY;
         for (int j = 0; j < n; j++) mx = sc[j] > mx ? sc[j] : mx;
-        for (int j = 0; j < n; j++) sc[j] = expf(sc[j] - mx);
+        for (int j = 0; j < n; j++) sc[j] -= mx;
+        exp_inplace_avx2(sc, n);
     }
     for (int i = 0; i < nh * hd; i++) out[i] = 0.0f;
     for (int j0 = 0; j0 < n; j0 += bs) {
@@ -99,4 +102,60 @@ void attention_heads_avx2(const float *q, float *out, int kh0, int kh1, int grou
         float *o = out + (int64_t)h * hd;
         for (int i = 0; i < hd; i++) o[i] *= inv;
     }
+}
+
+/* ---------------------------------------------------------------- exp and silu
+ * exp(x) as Cephes' expf: n = round(x * log2(e)), r = x - n * ln2 (ln2 split in two, each step
+ * fused), a degree-5 polynomial times r^2 plus r + 1, scaled by 2^n; within 2 ulp of expf over
+ * [-87.3, 88.7] (inputs are clamped there). The vector and scalar versions do the same fused
+ * operations in the same order, so an element's value does not depend on whether it fell in a
+ * vector or in the tail (batch invariance). */
+#define EXP_HI 88.7228f
+#define EXP_LO -87.3365f
+#define EXP_LOG2E 1.44269504088896341f
+#define EXP_C1 0.693359375f
+#define EXP_C2 -2.12194440e-4f
+static const float EXP_P[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                               4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+static inline __m256 exp_avx2(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(EXP_LOG2E)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_C1), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_C2), r);
+    __m256 y = _mm256_set1_ps(EXP_P[0]);
+    for (int i = 1; i < 6; i++) y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(EXP_P[i]));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+float exp_avx2_scalar(float x) {
+    x = fminf(fmaxf(x, EXP_LO), EXP_HI);
+    float n = nearbyintf(x * EXP_LOG2E);
+    float r = fmaf(-n, EXP_C1, x);
+    r = fmaf(-n, EXP_C2, r);
+    float y = EXP_P[0];
+    for (int i = 1; i < 6; i++) y = fmaf(y, r, EXP_P[i]);
+    y = fmaf(y, r * r, r + 1.0f);
+    union { uint32_t u; float f; } e = {.u = (uint32_t)((int32_t)n + 127) << 23};
+    return y * e.f;
+}
+
+void exp_inplace_avx2(float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, exp_avx2(_mm256_loadu_ps(x + i)));
+    for (; i < n; i++) x[i] = exp_avx2_scalar(x[i]);
+}
+
+void silu_mul_avx2(float *g, const float *u, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(g + i);
+        __m256 d = _mm256_add_ps(one, exp_avx2(_mm256_sub_ps(zero, x)));
+        _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(x, d), _mm256_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) g[i] = g[i] / (1.0f + exp_avx2_scalar(-g[i])) * u[i];
 }
