@@ -220,8 +220,8 @@ void matmul_cpu(ThreadPool *pool, const float *x, int64_t ldx, int T, const Matm
               (long long)parts[p].w->cols, (long long)parts[0].w->cols);
         if (parts[p].w->rows > maxN) maxN = parts[p].w->rows;
     }
-    int any_bf16 = 0;
-    for (int p = 0; p < num_parts; p++) any_bf16 |= parts[p].w->dtype == DTYPE_BF16;
+    int any_bf16 = 0; /* row-major bf16 parts read x permuted; packed ones read it as it is */
+    for (int p = 0; p < num_parts; p++) any_bf16 |= parts[p].w->dtype == DTYPE_BF16 && !parts[p].wp;
     j.xp = prepare_xp(j.isa, x, ldx, T, parts[0].w->cols, any_bf16, xp_buf);
     j.chunk = matmul_chunk_rows(maxN, threadpool_size(pool));
     j.part_chunks[0] = 0;
@@ -270,7 +270,7 @@ void gate_up_silu_cpu(ThreadPool *pool, const float *x, int T, const Tensor *wg,
     GateUpJob j = {.isa = cpu_isa_get(), .x = x, .T = T, .wg = wg, .wu = wu, .wgp = wgp,
                    .wup = wup, .g = g, .u = u};
     j.xp = prepare_xp(j.isa, x, wg->cols, T, wg->cols,
-                      wg->dtype == DTYPE_BF16 || wu->dtype == DTYPE_BF16, xp_buf);
+                      (wg->dtype == DTYPE_BF16 && !wgp) || (wu->dtype == DTYPE_BF16 && !wup), xp_buf);
     j.chunk = matmul_chunk_rows(wg->rows, threadpool_size(pool));
     j.num_chunks = (wg->rows + j.chunk - 1) / j.chunk;
     threadpool_run(pool, gate_up_job, &j, j.num_chunks);
