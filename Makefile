@@ -9,7 +9,7 @@ BUILD      ?= build
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 DEPS_PKGS  := cmake pkg-config gcc make libpcre2-dev libutf8proc-dev libxxhash-dev \
-              libjansson-dev libmicrohttpd-dev libcmocka-dev nodejs npm clang libclang-rt-14-dev
+              libjansson-dev libmicrohttpd-dev libcmocka-dev nodejs npm clang libclang-rt-14-dev python3
 DEPS_CHECK := libpcre2-8 libutf8proc libxxhash jansson libmicrohttpd cmocka
 DEFAULT_MODEL ?= models/cvllm-tiny-py
 RUN_PROMPT ?= def fibonacci(n):
@@ -26,7 +26,7 @@ tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.js
 deps:
 	@missing=0; \
 	for p in $(DEPS_CHECK); do pkg-config --exists $$p 2>/dev/null || missing=1; done; \
-	for c in cmake node npm clang; do command -v $$c >/dev/null 2>&1 || missing=1; done; \
+	for c in cmake node npm clang python3; do command -v $$c >/dev/null 2>&1 || missing=1; done; \
 	[ -e /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ] || missing=1; \
 	if [ $$missing = 0 ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ]; then \
