@@ -39,6 +39,8 @@ const char *cvllm_version(void);
 const char *cvllm_backends(void);
 
 typedef enum { CVLLM_DEVICE_AUTO = 0, CVLLM_DEVICE_CPU, CVLLM_DEVICE_CUDA } CvllmDevice;
+/* Element type of the KV cache. AUTO: f32 on the CPU (the reference: exact f32 attention). */
+typedef enum { CVLLM_KV_DTYPE_AUTO = 0, CVLLM_KV_DTYPE_F32, CVLLM_KV_DTYPE_BF16 } CvllmKvDtype;
 
 typedef struct {
     CvllmDevice device;
@@ -47,6 +49,7 @@ typedef struct {
     int max_num_batched_tokens; /* tokens per step (default 16384); longer prompts are chunked */
     int block_size;             /* tokens per KV block, 16..256 (default 16 on CPU) */
     int64_t kv_cache_memory;    /* bytes for the KV cache; 0: default (CPU: 2 GiB or what fits) */
+    CvllmKvDtype kv_cache_dtype; /* bf16 halves the cache's bytes; attention math stays f32 */
     double gpu_memory_utilization; /* CUDA: fraction of device memory to use (default 0.9) */
     int enable_prefix_caching;  /* default 1 */
     int num_threads;            /* CPU threads; 0: all cores */

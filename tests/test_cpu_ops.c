@@ -420,7 +420,9 @@ static void naive_attention(const float *q, const float *kc, const float *vc, in
 }
 
 /* decode_only: one new token per sequence (few tasks: the kv heads get split across threads) */
-static void check_attention(CpuIsa isa, int H, int KVH, int d, int bs, int decode_only) {
+/* bf16: the cache holds bf16 (the reference then uses the same rounded values, so the tolerance
+ * is unchanged) */
+static void check_attention_kv(CpuIsa isa, int H, int KVH, int d, int bs, int decode_only, int bf16) {
     enum { S = 3 };
     const int ctx[S] = {1, 37, 70};
     int new_toks[S] = {1, 5, 70}; /* decode, chunk, full prefill */
@@ -449,12 +451,17 @@ static void check_attention(CpuIsa isa, int H, int KVH, int d, int bs, int decod
         for (int j = 0; j < ctx[s]; j++) {
             int64_t slot = (int64_t)tables[s * mbps + j / bs] * bs + j % bs;
             for (int i = 0; i < kvd; i++) {
-                kc[s][j * kvd + i] = kcache[slot * kvd + i] = frand();
-                vc[s][j * kvd + i] = vcache[slot * kvd + i] = frand();
+                float k = frand(), v = frand();
+                if (bf16) k = bf16_to_f32(f32_to_bf16(k)), v = bf16_to_f32(f32_to_bf16(v));
+                kc[s][j * kvd + i] = kcache[slot * kvd + i] = k;
+                vc[s][j * kvd + i] = vcache[slot * kvd + i] = v;
             }
         }
     }
     assert_true(used <= num_blocks);
+    const size_t ncache = (size_t)num_blocks * bs * kvd;
+    uint16_t *kb = xmalloc(ncache * sizeof(uint16_t)), *vb = xmalloc(ncache * sizeof(uint16_t));
+    for (size_t i = 0; i < ncache; i++) kb[i] = f32_to_bf16(kcache[i]), vb[i] = f32_to_bf16(vcache[i]);
     float *q = xmalloc((size_t)T * H * d * sizeof(float));
     for (int i = 0; i < T * H * d; i++) q[i] = 2.0f * frand();
     int32_t *pos = xmalloc(T * sizeof(int32_t)), *tseq = xmalloc(T * sizeof(int32_t));
@@ -468,7 +475,8 @@ static void check_attention(CpuIsa isa, int H, int KVH, int d, int bs, int decod
         ThreadPool *pool = threadpool_create(r + 1);
         float *scratch = xmalloc(2 * 1024 * sizeof(float)); /* threads x heads * context */
         out[r] = xmalloc((size_t)T * H * d * sizeof(float));
-        AttentionArgs a = {.q = q, .out = out[r], .k_cache = kcache, .v_cache = vcache,
+        AttentionArgs a = {.q = q, .out = out[r], .k_cache = bf16 ? (void *)kb : kcache,
+                           .v_cache = bf16 ? (void *)vb : vcache, .kv_bf16 = bf16,
                            .num_tokens = T, .n_heads = H, .n_kv_heads = KVH, .head_dim = d,
                            .block_size = bs, .scale = 1.0f / sqrtf((float)d), .positions = pos,
                            .token_seq = tseq, .block_tables = tables, .max_blocks_per_seq = mbps,
@@ -491,8 +499,10 @@ static void check_attention(CpuIsa isa, int H, int KVH, int d, int bs, int decod
         }
     }
     if (worst > 2e-5)
-        fail_msg("%s attention H=%d KVH=%d d=%d bs=%d: worst rel error %.3g", cpu_isa_name(isa),
-                 H, KVH, d, bs, worst);
+        fail_msg("%s attention H=%d KVH=%d d=%d bs=%d%s: worst rel error %.3g", cpu_isa_name(isa),
+                 H, KVH, d, bs, bf16 ? " bf16 cache" : "", worst);
+    free(kb);
+    free(vb);
     for (int s = 0; s < S; s++) free(kc[s]), free(vc[s]);
     free(kcache);
     free(vcache);
@@ -502,6 +512,11 @@ static void check_attention(CpuIsa isa, int H, int KVH, int d, int bs, int decod
     free(out[0]);
     free(out[1]);
     free(ref);
+}
+
+static void check_attention(CpuIsa isa, int H, int KVH, int d, int bs, int decode_only) {
+    check_attention_kv(isa, H, KVH, d, bs, decode_only, 0);
+    check_attention_kv(isa, H, KVH, d, bs, decode_only, 1);
 }
 
 static void test_paged_attention(void **state) {

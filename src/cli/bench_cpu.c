@@ -16,6 +16,7 @@
 
 int bench_cpu_ops(int argc, char **argv);
 
+static DType g_kv_dtype = DTYPE_F32; /* --kv-cache-dtype */
 static uint64_t g_rng = 0x853C49E6748FEA9Bull;
 static inline uint32_t rnd32(void) {
     g_rng ^= g_rng << 13;
@@ -264,7 +265,7 @@ static void bench_forward(int threads, const int *batches, int nb, int ctx, int 
     for (int i = 0; i < nb; i++)
         if (batches[i] > maxS) maxS = batches[i];
     if (maxS < 1) maxS = 1;
-    KVCacheSpec spec = {.num_blocks = maxS * mbps, .block_size = block_size, .dtype = DTYPE_F32};
+    KVCacheSpec spec = {.num_blocks = maxS * mbps, .block_size = block_size, .dtype = g_kv_dtype};
     CHECK(b->init_kv_cache(b, &spec) == 0, "%s", cvllm_last_error());
     size_t nkv = 0;
     float *kv = backend_cpu_kv_cache(b, &nkv);
@@ -310,7 +311,8 @@ static void usage(void) {
             "  --batches LIST   decode batch sizes, e.g. 1,16 (default 1,16)\n"
             "  --ctx N          cached context per sequence (default 128)\n"
             "  --steps N        timed decode steps (default 10)\n"
-            "  --prefill N      also time one prefill of N tokens (default 0)\n");
+            "  --prefill N      also time one prefill of N tokens (default 0)\n"
+            "  --kv-cache-dtype float32|bfloat16  KV cache elements (default float32)\n");
 }
 
 int bench_cpu_ops(int argc, char **argv) {
@@ -336,6 +338,9 @@ int bench_cpu_ops(int argc, char **argv) {
             ctx = atoi(v), i++;
         } else if (v && !strcmp(a, "--steps")) {
             steps = atoi(v), i++;
+        } else if (v && !strcmp(a, "--kv-cache-dtype")) {
+            g_kv_dtype = !strcmp(v, "bfloat16") || !strcmp(v, "bf16") ? DTYPE_BF16 : DTYPE_F32;
+            i++;
         } else if (v && !strcmp(a, "--prefill")) {
             prefill = atoi(v), i++;
         } else if (v && !strcmp(a, "--batches")) {

@@ -17,6 +17,7 @@ const char CLI_ENGINE_OPTIONS_HELP[] =
     "  --max-num-batched-tokens N     tokens per step; longer prompts are chunked (default 16384)\n"
     "  --block-size N                 tokens per KV block, 16..256 (default 16)\n"
     "  --kv-cache-memory BYTES        KV cache budget, e.g. 2G, 512M (CPU default 2G)\n"
+    "  --kv-cache-dtype auto|float32|bfloat16  KV cache elements (auto: float32 on the CPU)\n"
     "  --gpu-memory-utilization F     CUDA: fraction of device memory (default 0.9)\n"
     "  --no-enable-prefix-caching     turn automatic prefix caching off\n"
     "  --threads N                    CPU threads (default: all cores)\n"
@@ -99,6 +100,14 @@ int cli_parse_engine_option(int argc, char **argv, int *i, CvllmEngineOptions *o
         int64_t b = parse_bytes(v);
         if (b <= 0) { fprintf(stderr, "cvllm: --kv-cache-memory: expected bytes like 2G, 512M or 1048576, got '%s'\n", v); return -1; }
         o->kv_cache_memory = b;
+        return 1;
+    }
+    if (!strcmp(a, "--kv-cache-dtype")) {
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        if (!strcmp(v, "auto")) o->kv_cache_dtype = CVLLM_KV_DTYPE_AUTO;
+        else if (!strcmp(v, "float32") || !strcmp(v, "f32")) o->kv_cache_dtype = CVLLM_KV_DTYPE_F32;
+        else if (!strcmp(v, "bfloat16") || !strcmp(v, "bf16")) o->kv_cache_dtype = CVLLM_KV_DTYPE_BF16;
+        else { fprintf(stderr, "cvllm: --kv-cache-dtype: expected auto, float32 or bfloat16, got '%s'\n", v); return -1; }
         return 1;
     }
     if (!strcmp(a, "--gpu-memory-utilization")) {

@@ -7,7 +7,7 @@
 #include "cvllm.h"
 
 /* If argv[*i] is an engine option (--device, --max-model-len, --max-num-seqs,
- * --max-num-batched-tokens, --block-size, --kv-cache-memory, --no-enable-prefix-caching,
+ * --max-num-batched-tokens, --block-size, --kv-cache-memory, --kv-cache-dtype, --no-enable-prefix-caching,
  * --enable-prefix-caching, --threads, --gpu-memory-utilization, --quiet), consumes it (and its
  * value) and returns 1; returns 0 if it is not one; returns -1 after printing an error. */
 int cli_parse_engine_option(int argc, char **argv, int *i, CvllmEngineOptions *o);

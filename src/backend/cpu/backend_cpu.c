@@ -79,8 +79,10 @@ typedef struct {
     float *cos_t, *sin_t;  /* [S, head_dim/2] */
     float *scores;         /* [nth, heads * max_model_len] attention scratch */
 
-    float *kv;             /* owned (mmap): [2, layers, num_blocks, block_size, kv_heads, head_dim] */
-    size_t kv_floats, kv_map_bytes;
+    void *kv;              /* owned (mmap): [2, layers, num_blocks, block_size, kv_heads, head_dim]
+                            * of f32, or of bf16 with kv_bf16 (--kv-cache-dtype bfloat16) */
+    int kv_bf16;
+    size_t kv_floats, kv_map_bytes; /* kv_floats: elements */
     int num_blocks, block_size;
 } CpuBackend;
 
@@ -144,10 +146,10 @@ int backend_cpu_create(const ModelConfig *cfg, const ModelWeights *w, const Back
                             o->max_num_tokens, o->max_num_seqs, o->max_model_len);
     if (cfg->num_attention_heads <= 0 || cfg->num_key_value_heads <= 0 ||
         cfg->num_attention_heads % cfg->num_key_value_heads || cfg->head_dim <= 0 ||
-        cfg->head_dim % 2)
+        cfg->head_dim % 2 || cfg->head_dim > CPU_MAX_HEAD_DIM)
         return cvllm_errorf(CVLLM_EUNSUPPORTED,
                             "cpu backend: %d heads, %d kv heads, head_dim %d (need heads a "
-                            "multiple of kv heads and an even head_dim)",
+                            "multiple of kv heads and an even head_dim of at most 512)",
                             cfg->num_attention_heads, cfg->num_key_value_heads, cfg->head_dim);
     const int H = cfg->hidden_size, hd = cfg->head_dim, qd = cfg->num_attention_heads * hd,
               kvd = cfg->num_key_value_heads * hd, I = cfg->intermediate_size,
@@ -286,6 +288,7 @@ static void cpu_destroy(Backend *b) {
 
 float *backend_cpu_kv_cache(Backend *b, size_t *num_floats) {
     CpuBackend *c = b->ctx;
+    if (c->kv_bf16) return NULL;
     if (num_floats) *num_floats = c->kv_floats;
     return c->kv;
 }
@@ -309,8 +312,8 @@ static int64_t cpu_available_kv_bytes(Backend *b) {
 static int cpu_init_kv_cache(Backend *b, const KVCacheSpec *spec) {
     CpuBackend *c = b->ctx;
     if (c->kv) return cvllm_errorf(CVLLM_EINVAL, "cpu backend: KV cache already allocated");
-    if (spec->dtype != DTYPE_F32)
-        return cvllm_errorf(CVLLM_EUNSUPPORTED, "cpu backend: KV cache dtype must be f32");
+    if (spec->dtype != DTYPE_F32 && spec->dtype != DTYPE_BF16)
+        return cvllm_errorf(CVLLM_EUNSUPPORTED, "cpu backend: KV cache dtype must be f32 or bf16");
     if (spec->num_blocks <= 0 || spec->block_size <= 0)
         return cvllm_errorf(CVLLM_EINVAL, "cpu backend: KV cache of %d blocks of %d tokens",
                             spec->num_blocks, spec->block_size);
@@ -320,15 +323,17 @@ static int cpu_init_kv_cache(Backend *b, const KVCacheSpec *spec) {
      * attention reads one head's 512 bytes out of every slot's row, a page-sized stride, and
      * with 4 KB pages nearly every key is a TLB miss. */
     const size_t huge = (size_t)2 << 20;
-    size_t bytes = (n * sizeof(float) + huge - 1) / huge * huge;
+    const size_t esize = spec->dtype == DTYPE_BF16 ? sizeof(uint16_t) : sizeof(float);
+    size_t bytes = (n * esize + huge - 1) / huge * huge;
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return cvllm_errorf(CVLLM_ENOMEM, "cpu backend: cannot allocate a KV cache of %zu bytes",
-                            n * sizeof(float));
+                            n * esize);
 #ifdef MADV_HUGEPAGE
     madvise(p, bytes, MADV_HUGEPAGE); /* a hint: failure only costs speed */
 #endif
     c->kv = p;
+    c->kv_bf16 = spec->dtype == DTYPE_BF16;
     c->kv_map_bytes = bytes;
     c->kv_floats = n;
     c->num_blocks = spec->num_blocks;
@@ -431,17 +436,25 @@ static void layer_forward(CpuBackend *c, int l, const StepInputs *in, int t0, in
         rope_apply_cpu(k, c->kv_heads, hd, cs, sn);
     }
     /* store_kvcache: this layer's K at kv[0][l], V at kv[1][l], each [slots, kv_dim] */
-    const int64_t layer_floats = (int64_t)c->num_blocks * c->block_size * c->kv_dim;
-    float *kc = c->kv + (int64_t)l * layer_floats;
-    float *vc = c->kv + ((int64_t)c->layers + l) * layer_floats;
+    const int64_t layer_elems = (int64_t)c->num_blocks * c->block_size * c->kv_dim;
+    const size_t esize = c->kv_bf16 ? sizeof(uint16_t) : sizeof(float);
+    char *kc = (char *)c->kv + (int64_t)l * layer_elems * esize;
+    char *vc = (char *)c->kv + ((int64_t)c->layers + l) * layer_elems * esize;
     for (int t = 0; t < T; t++) {
         int64_t slot = in->slot_mapping[t0 + t];
         if (slot < 0) continue;
-        memcpy(kc + slot * c->kv_dim, c->k + (int64_t)t * c->kv_dim, c->kv_dim * sizeof(float));
-        memcpy(vc + slot * c->kv_dim, c->v + (int64_t)t * c->kv_dim, c->kv_dim * sizeof(float));
+        const float *kt = c->k + (int64_t)t * c->kv_dim, *vt = c->v + (int64_t)t * c->kv_dim;
+        if (c->kv_bf16) { /* rounded to nearest even, as torch's .to(bfloat16) */
+            uint16_t *kd = (uint16_t *)kc + slot * c->kv_dim, *vd = (uint16_t *)vc + slot * c->kv_dim;
+            for (int i = 0; i < c->kv_dim; i++) kd[i] = f32_to_bf16(kt[i]), vd[i] = f32_to_bf16(vt[i]);
+        } else {
+            memcpy((float *)kc + slot * c->kv_dim, kt, c->kv_dim * sizeof(float));
+            memcpy((float *)vc + slot * c->kv_dim, vt, c->kv_dim * sizeof(float));
+        }
     }
     prof_mark(c, PROF_ROPE_STORE);
-    AttentionArgs aa = {.q = c->q, .out = c->att, .k_cache = kc, .v_cache = vc, .num_tokens = T,
+    AttentionArgs aa = {.q = c->q, .out = c->att, .k_cache = kc, .v_cache = vc,
+                        .kv_bf16 = c->kv_bf16, .num_tokens = T,
                         .n_heads = c->heads, .n_kv_heads = c->kv_heads, .head_dim = hd,
                         .block_size = c->block_size, .scale = 1.0f / sqrtf((float)hd),
                         .positions = in->positions + t0, .token_seq = c->token_seq + t0,

@@ -350,6 +350,14 @@ void axpy_f32_scalar(float *y, float alpha, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
+/* hd elements of the cache at element offset off, as f32 (widened into buf for bf16). */
+static const float *kv_row(const void *cache, int bf16, int64_t off, int hd, float *buf) {
+    if (!bf16) return (const float *)cache + off;
+    const uint16_t *src = (const uint16_t *)cache + off;
+    for (int i = 0; i < hd; i++) buf[i] = bf16_to_f32(src[i]);
+    return buf;
+}
+
 typedef struct {
     const AttentionArgs *a;
     int use_avx2;
@@ -367,11 +375,13 @@ static void attention_task(const AttentionArgs *a, int use_avx2, float *scores, 
     float *out = a->out + ((int64_t)t * a->n_heads + (int64_t)kh0 * group) * hd;
 #if defined(__x86_64__)
     if (use_avx2) {
-        attention_heads_avx2(q, out, kh0, kh1, group, a->k_cache, a->v_cache, table, n, bs,
-                             kv_stride, hd, a->scale, scores);
+        attention_heads_avx2(q, out, kh0, kh1, group, a->k_cache, a->v_cache, a->kv_bf16, table,
+                             n, bs, kv_stride, hd, a->scale, scores);
         return;
     }
 #endif
+    float row[CPU_MAX_HEAD_DIM]; /* one head's K or V row widened from bf16 */
+    CHECK(hd <= CPU_MAX_HEAD_DIM, "head_dim %d", hd);
     for (int hh = 0; hh < (kh1 - kh0) * group; hh++) {
         const int kvh = kh0 + hh / group;
         const float *qh = q + (int64_t)hh * hd;
@@ -379,7 +389,7 @@ static void attention_task(const AttentionArgs *a, int use_avx2, float *scores, 
         float mx = -INFINITY;
         for (int j = 0; j < n; j++) {
             int64_t slot = (int64_t)table[j / bs] * bs + j % bs;
-            const float *k = a->k_cache + slot * kv_stride + (int64_t)kvh * hd;
+            const float *k = kv_row(a->k_cache, a->kv_bf16, slot * kv_stride + (int64_t)kvh * hd, hd, row);
             float sc = dot_f32_scalar(qh, k, hd) * a->scale;
             scores[j] = sc;
             if (sc > mx) mx = sc;
@@ -392,7 +402,7 @@ static void attention_task(const AttentionArgs *a, int use_avx2, float *scores, 
         memset(o, 0, (size_t)hd * sizeof(float));
         for (int j = 0; j < n; j++) {
             int64_t slot = (int64_t)table[j / bs] * bs + j % bs;
-            const float *v = a->v_cache + slot * kv_stride + (int64_t)kvh * hd;
+            const float *v = kv_row(a->v_cache, a->kv_bf16, slot * kv_stride + (int64_t)kvh * hd, hd, row);
             axpy_f32_scalar(o, scores[j], v, hd);
         }
         const float inv = 1.0f / sum;

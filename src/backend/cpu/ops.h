@@ -117,6 +117,8 @@ void rope_apply_cpu(float *x, int n_heads, int head_dim, const float *cos_t, con
 
 /* ---------------------------------------------------------------- paged attention */
 
+#define CPU_MAX_HEAD_DIM 512 /* the backend refuses larger heads at create */
+
 /* Causal attention of the step's new tokens over each sequence's keys, read from the KV cache
  * through the block table. Token t of sequence s (cu_seqlens_q[s] <= t < cu_seqlens_q[s+1])
  * attends to keys at positions 0..positions[t]; key j lives in cache slot
@@ -125,8 +127,9 @@ void rope_apply_cpu(float *x, int n_heads, int head_dim, const float *cos_t, con
 typedef struct {
     const float *q;       /* [T, n_heads * head_dim] */
     float *out;           /* [T, n_heads * head_dim] */
-    const float *k_cache; /* this layer's keys: [num_blocks * block_size, n_kv_heads * head_dim] */
-    const float *v_cache; /* likewise values */
+    const void *k_cache;  /* this layer's keys: [num_blocks * block_size, n_kv_heads * head_dim] */
+    const void *v_cache;  /* likewise values */
+    int kv_bf16;          /* the cache holds bf16 (else f32); arithmetic is f32 either way */
     int num_tokens, n_heads, n_kv_heads, head_dim, block_size;
     float scale;
     const int32_t *positions;    /* [T] */
@@ -146,8 +149,9 @@ void axpy_f32_scalar(float *y, float alpha, const float *x, int n); /* y += alph
  * k_cache/v_cache: the layer's [slots, kv_stride]; n keys read through table.
  * scores: [(kh1-kh0)*group * n] scratch. */
 void attention_heads_avx2(const float *q, float *out, int kh0, int kh1, int group,
-                          const float *k_cache, const float *v_cache, const int32_t *table, int n,
-                          int bs, int64_t kv_stride, int hd, float scale, float *scores);
+                          const void *k_cache, const void *v_cache, int kv_bf16,
+                          const int32_t *table, int n, int bs, int64_t kv_stride, int hd,
+                          float scale, float *scores);
 /* AVX2 exp (Cephes' expf polynomial, within 2 ulp of expf; the scalar twin gives bit-identical
  * values) and silu(g) * u with it. */
 float exp_avx2_scalar(float x);

@@ -46,24 +46,57 @@ static inline float dot_row(const float *q, const float *k, int hd) {
     return s;
 }
 
+/* 8 cache elements at p as f32: f32 loaded, bf16 widened (a shift of the zero-extended halves). */
+static inline __m256 load8_kv(const void *p, int bf16) {
+    if (!bf16) return _mm256_loadu_ps((const float *)p);
+    __m128i h = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* q.k over one key row (f32 or bf16), four accumulators */
+static inline float dot_row_kv(const float *q, const void *k, int bf16, int hd) {
+    if (!bf16) return dot_row(q, k, hd);
+    const uint16_t *kb = k;
+    const int hd32 = hd & ~31, hd8 = hd & ~7;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int i = 0;
+    for (; i < hd32; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8_kv(kb + i, 1), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load8_kv(kb + i + 8, 1), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 16), load8_kv(kb + i + 16, 1), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 24), load8_kv(kb + i + 24, 1), s3);
+    }
+    for (; i < hd8; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8_kv(kb + i, 1), s0);
+    float s = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < hd; i++) {
+        union { uint32_t u; float f; } v = {.u = (uint32_t)kb[i] << 16};
+        s += q[i] * v.f;
+    }
+    return s;
+}
+
 /* Paged attention of one token for the query heads of kv heads kh0 .. kh1 (same contract as
  * attention_cpu in ops.c). The cache row of a slot holds all kv heads side by side, so walking
- * the slots and, per slot, the kv heads of the range reads memory in order (whole 64 KB blocks
- * of 16 slots for all kv heads) instead of 512 bytes a page apart. q.k with four accumulators;
- * o accumulated in place over the slots (it stays in L1: heads x head_dim floats). */
+ * the slots and, per slot, the kv heads of the range reads memory in order (whole blocks of
+ * 16 slots for all kv heads) instead of one head's bytes a page apart. q.k with four
+ * accumulators; o accumulated in place over the slots (it stays in L1: heads x head_dim floats).
+ * The cache holds f32, or bf16 (kv_bf16) widened on the fly: the arithmetic is f32 either way. */
 void attention_heads_avx2(const float *q, float *out, int kh0, int kh1, int group,
-                          const float *k_cache, const float *v_cache, const int32_t *table, int n,
-                          int bs, int64_t kv_stride, int hd, float scale, float *scores) {
+                          const void *k_cache, const void *v_cache, int kv_bf16,
+                          const int32_t *table, int n, int bs, int64_t kv_stride, int hd,
+                          float scale, float *scores) {
     const int nh = (kh1 - kh0) * group, hd8 = hd & ~7;
+    const size_t es = kv_bf16 ? sizeof(uint16_t) : sizeof(float);
     for (int j0 = 0; j0 < n; j0 += bs) {
         const int64_t base = (int64_t)table[j0 / bs] * bs * kv_stride;
         const int jn = n - j0 < bs ? n - j0 : bs;
         for (int jj = 0; jj < jn; jj++) {
-            const float *krow = k_cache + base + jj * kv_stride;
+            const char *krow = (const char *)k_cache + (base + jj * kv_stride) * es;
             for (int kvh = kh0; kvh < kh1; kvh++)
                 for (int g = 0; g < group; g++) {
                     const int h = (kvh - kh0) * group + g;
-                    scores[(int64_t)h * n + j0 + jj] = dot_row(q + (int64_t)h * hd, krow + kvh * hd, hd) * scale;
+                    scores[(int64_t)h * n + j0 + jj] =
+                        dot_row_kv(q + (int64_t)h * hd, krow + (size_t)kvh * hd * es, kv_bf16, hd) * scale;
                 }
         }
     }
@@ -78,9 +111,9 @@ void attention_heads_avx2(const float *q, float *out, int kh0, int kh1, int grou
         const int64_t base = (int64_t)table[j0 / bs] * bs * kv_stride;
         const int jn = n - j0 < bs ? n - j0 : bs;
         for (int jj = 0; jj < jn; jj++) {
-            const float *vrow = v_cache + base + jj * kv_stride;
+            const char *vrow = (const char *)v_cache + (base + jj * kv_stride) * es;
             for (int kvh = kh0; kvh < kh1; kvh++) {
-                const float *v = vrow + kvh * hd;
+                const char *v = vrow + (size_t)kvh * hd * es;
                 for (int g = 0; g < group; g++) {
                     const int h = (kvh - kh0) * group + g;
                     const float pj = scores[(int64_t)h * n + j0 + jj];
@@ -88,8 +121,18 @@ void attention_heads_avx2(const float *q, float *out, int kh0, int kh1, int grou
                     float *o = out + (int64_t)h * hd;
                     int i = 0;
                     for (; i < hd8; i += 8)
-                        _mm256_storeu_ps(o + i, _mm256_fmadd_ps(p, _mm256_loadu_ps(v + i), _mm256_loadu_ps(o + i)));
-                    for (; i < hd; i++) o[i] += pj * v[i];
+                        _mm256_storeu_ps(o + i, _mm256_fmadd_ps(p, load8_kv(v + i * es, kv_bf16),
+                                                                _mm256_loadu_ps(o + i)));
+                    for (; i < hd; i++) {
+                        float vi;
+                        if (kv_bf16) {
+                            union { uint32_t u; float f; } cv = {.u = (uint32_t)((const uint16_t *)v)[i] << 16};
+                            vi = cv.f;
+                        } else {
+                            vi = ((const float *)v)[i];
+                        }
+                        o[i] += pj * vi;
+                    }
                 }
             }
         }
