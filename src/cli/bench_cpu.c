@@ -17,6 +17,7 @@
 int bench_cpu_ops(int argc, char **argv);
 
 static DType g_kv_dtype = DTYPE_F32; /* --kv-cache-dtype */
+static int g_repeat = 1;              /* --repeat */
 static uint64_t g_rng = 0x853C49E6748FEA9Bull;
 static inline uint32_t rnd32(void) {
     g_rng ^= g_rng << 13;
@@ -268,16 +269,24 @@ static void bench_forward(int threads, const int *batches, int nb, int ctx, int 
     KVCacheSpec spec = {.num_blocks = maxS * mbps, .block_size = block_size, .dtype = g_kv_dtype};
     CHECK(b->init_kv_cache(b, &spec) == 0, "%s", cvllm_last_error());
     size_t nkv = 0;
-    float *kv = backend_cpu_kv_cache(b, &nkv);
+    float *kv = backend_cpu_kv_cache(b, &nkv); /* NULL for a bf16 cache: left zero */
     for (size_t i = 0; i < nkv; i++) kv[i] = (float)(rnd32() >> 8) / 8388608.0f - 0.5f;
-    printf("cpu backend: %d threads, isa %s, KV cache %.1f MB\n", backend_cpu_num_threads(b),
-           cpu_isa_name(cpu_isa_get()), nkv * 4 / 1e6);
+    const double kv_bytes = 2.0 * cfg.num_hidden_layers * spec.num_blocks * block_size *
+                            cfg.num_key_value_heads * cfg.head_dim * (g_kv_dtype == DTYPE_BF16 ? 2 : 4);
+    printf("cpu backend: %d threads, isa %s, KV cache %.1f MB %s\n", backend_cpu_num_threads(b),
+           cpu_isa_name(cpu_isa_get()), kv_bytes / 1e6, dtype_name(g_kv_dtype));
     float *logits = xmalloc((size_t)maxB * cfg.vocab_size * sizeof(float));
     const double step_bytes = (double)wbytes; /* layers + tied lm_head (embed rows negligible) */
-    double tok1 = 0;
+    /* --repeat R: the batch list is run R times, interleaved (so that the machine's drift hits
+     * every batch size alike), and each batch's median step time is reported */
+    double tok1 = 0, *times = xmalloc((size_t)nb * g_repeat * sizeof(double));
+    for (int r = 0; r < g_repeat; r++)
+        for (int i = 0; i < nb; i++)
+            times[i * g_repeat + r] = bench_decode(b, &cfg, batches[i], ctx, steps, block_size, mbps, logits);
     for (int i = 0; i < nb; i++) {
         int B = batches[i];
-        double dt = bench_decode(b, &cfg, B, ctx, steps, block_size, mbps, logits);
+        qsort(times + i * g_repeat, g_repeat, sizeof(double), cmp_double);
+        double dt = times[i * g_repeat + g_repeat / 2];
         double tps = B / dt;
         if (B == 1) tok1 = tps;
         printf("decode B=%-3d ctx=%d: %7.2f ms/step  %7.1f tok/s  %6.1f GB/s of weights  "
@@ -287,8 +296,12 @@ static void bench_forward(int threads, const int *batches, int nb, int ctx, int 
             printf("  (%.0f%% of the %.1f tok/s bandwidth bound)", 100.0 * tps / (bw * 1e9 / step_bytes),
                    bw * 1e9 / step_bytes);
         if (B > 1 && tok1 > 0) printf("  (%.2fx batch 1)", tps / tok1);
+        if (g_repeat > 1)
+            printf("  [median of %d; %.1f .. %.1f tok/s]", g_repeat, B / times[i * g_repeat + g_repeat - 1],
+                   B / times[i * g_repeat]);
         printf("\n");
     }
+    free(times);
     if (prefill > 0) {
         double dt = bench_prefill(b, &cfg, prefill, block_size, mbps, logits);
         printf("prefill of %d tokens: %.2f s  %.1f tok/s  %.1f GFLOP/s\n", prefill, dt,
@@ -312,7 +325,8 @@ static void usage(void) {
             "  --ctx N          cached context per sequence (default 128)\n"
             "  --steps N        timed decode steps (default 10)\n"
             "  --prefill N      also time one prefill of N tokens (default 0)\n"
-            "  --kv-cache-dtype float32|bfloat16  KV cache elements (default float32)\n");
+            "  --kv-cache-dtype float32|bfloat16  KV cache elements (default float32)\n"
+            "  --repeat R       run the batch list R times, interleaved; report medians\n");
 }
 
 int bench_cpu_ops(int argc, char **argv) {
@@ -338,6 +352,8 @@ int bench_cpu_ops(int argc, char **argv) {
             ctx = atoi(v), i++;
         } else if (v && !strcmp(a, "--steps")) {
             steps = atoi(v), i++;
+        } else if (v && !strcmp(a, "--repeat")) {
+            g_repeat = atoi(v) > 0 ? atoi(v) : 1, i++;
         } else if (v && !strcmp(a, "--kv-cache-dtype")) {
             g_kv_dtype = !strcmp(v, "bfloat16") || !strcmp(v, "bf16") ? DTYPE_BF16 : DTYPE_F32;
             i++;
