@@ -101,6 +101,13 @@ void matmul_rows_packed_avx2(const MatmulArgs *a, int64_t n0, int64_t n1) {
         for (; n < n1; n += 16) tile_1(a, 0, n, N);
         return;
     }
+    /* ceil(T / 6) tiles of as even sizes as possible (16 tokens: 6 + 5 + 5, not 6 + 6 + 4): the
+     * smaller tiles keep fewer accumulators busy per panel load */
+    const int tiles = (a->T + 5) / 6, base = a->T / tiles, extra = a->T % tiles;
     for (; n < n1; n += 16)
-        for (int t = 0; t < a->T; t += 6) by_t[a->T - t < 6 ? a->T - t : 6](a, t, n, N);
+        for (int i = 0, t = 0; i < tiles; i++) {
+            const int tt = base + (i < extra);
+            by_t[tt](a, t, n, N);
+            t += tt;
+        }
 }
