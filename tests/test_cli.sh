@@ -17,6 +17,8 @@ check "unknown command exits 2" '$B frobnicate >/dev/null 2>&1; [ $? = 2 ]'
 check "complete without prompt exits 2" '$B complete $M >/dev/null 2>&1; [ $? = 2 ]'
 check "bad --temperature exits 2" '$B complete $M --prompt x --temperature abc >/dev/null 2>&1; [ $? = 2 ]'
 check "bad --kv-cache-memory exits 2" '$B complete $M --prompt x --kv-cache-memory 12Q >/dev/null 2>&1; [ $? = 2 ]'
+check "bad --kv-cache-dtype exits 2" '$B complete $M --prompt x --kv-cache-dtype fp4 >/dev/null 2>&1; [ $? = 2 ]'
+check "bf16 KV cache: twice the blocks in the same budget" '$B complete $M --prompt-ids 1,2 --max-tokens 2 --kv-cache-memory 64M --kv-cache-dtype bfloat16 2>&1 >/dev/null | grep -q "bf16: 49152 bytes per block, 1365 blocks"'
 
 # greedy text and ids agree between text and id prompts, json has every field
 $B complete $M --prompt 'import os' --max-tokens 12 --temperature 0 --output json --quiet > $T/a.json
