@@ -34,7 +34,7 @@ static float frand(void) {
 
 static Tensor rand_tensor(DType dt, int64_t rows, int64_t cols, float scale, float offset) {
     int64_t n = rows * cols;
-    void *p = xmalloc((size_t)n * cpu_dtype_size(dt));
+    void *p = xmalloc((size_t)n * dtype_size(dt));
     for (int64_t i = 0; i < n; i++) {
         float v = offset + scale * frand();
         if (dt == DTYPE_BF16) ((uint16_t *)p)[i] = f32_to_bf16(v);

@@ -27,7 +27,7 @@ static float frand(void) { /* uniform in [-1, 1) */
 }
 
 static void *random_weights(DType dt, int64_t n, float scale) {
-    void *w = xmalloc((size_t)n * cpu_dtype_size(dt));
+    void *w = xmalloc((size_t)n * dtype_size(dt));
     for (int64_t i = 0; i < n; i++) {
         float v = frand() * scale;
         if (dt == DTYPE_BF16) ((uint16_t *)w)[i] = f32_to_bf16(v);

@@ -146,10 +146,9 @@ static void test_preemption_same_tokens(void **state) {
     cvllm_engine_destroy(small);
 }
 
-static void test_chunked_prefill_same_tokens(void **state) {
-    (void)state;
-    CvllmSamplingParams p = greedy(16);
-    CvllmEngine *a = engine(0, 0, 1, 0), *b = engine(7, 0, 1, 0);
+/* Greedy outputs of the NP prompts from two engines are identical; destroys both. */
+static void assert_engines_agree(CvllmEngine *a, CvllmEngine *b, int max_tokens) {
+    CvllmSamplingParams p = greedy(max_tokens);
     CvllmOutput ref[NP], got[NP];
     run_all(a, &p, ref);
     run_all(b, &p, got);
@@ -160,18 +159,14 @@ static void test_chunked_prefill_same_tokens(void **state) {
     cvllm_engine_destroy(b);
 }
 
+static void test_chunked_prefill_same_tokens(void **state) {
+    (void)state;
+    assert_engines_agree(engine(0, 0, 1, 0), engine(7, 0, 1, 0), 16);
+}
+
 static void test_block_size_same_tokens(void **state) {
     (void)state;
-    CvllmSamplingParams p = greedy(16);
-    CvllmEngine *a = engine(0, 0, 1, 16), *b = engine(0, 0, 1, 64);
-    CvllmOutput ref[NP], got[NP];
-    run_all(a, &p, ref);
-    run_all(b, &p, got);
-    assert_same_tokens(ref, got, NP);
-    free_outs(ref, NP);
-    free_outs(got, NP);
-    cvllm_engine_destroy(a);
-    cvllm_engine_destroy(b);
+    assert_engines_agree(engine(0, 0, 1, 16), engine(0, 0, 1, 64), 16);
 }
 
 /* Two requests share a 48-token prefix (3 blocks of 16); the second is sent after the first

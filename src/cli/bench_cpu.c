@@ -272,7 +272,7 @@ static void bench_forward(int threads, const int *batches, int nb, int ctx, int 
     float *kv = backend_cpu_kv_cache(b, &nkv); /* NULL for a bf16 cache: left zero */
     for (size_t i = 0; i < nkv; i++) kv[i] = (float)(rnd32() >> 8) / 8388608.0f - 0.5f;
     const double kv_bytes = 2.0 * cfg.num_hidden_layers * spec.num_blocks * block_size *
-                            cfg.num_key_value_heads * cfg.head_dim * (g_kv_dtype == DTYPE_BF16 ? 2 : 4);
+                            cfg.num_key_value_heads * cfg.head_dim * dtype_size(g_kv_dtype);
     printf("cpu backend: %d threads, isa %s, KV cache %.1f MB %s\n", backend_cpu_num_threads(b),
            cpu_isa_name(cpu_isa_get()), kv_bytes / 1e6, dtype_name(g_kv_dtype));
     float *logits = xmalloc((size_t)maxB * cfg.vocab_size * sizeof(float));

@@ -87,7 +87,6 @@ const char *cpu_isa_name(CpuIsa isa) {
 
 /* ================================================================ element conversion */
 
-size_t cpu_dtype_size(DType t) { return t == DTYPE_F32 ? 4 : 2; }
 
 void cpu_to_f32(float *out, const void *src, DType dt, int64_t off, int64_t n) {
     if (dt == DTYPE_F32) {

@@ -35,8 +35,6 @@ void cpu_matmul_set_prefetch(int on); /* tests, benchmarks */
 
 /* ---------------------------------------------------------------- element conversion */
 
-/* Bytes per element of a stored dtype. */
-size_t cpu_dtype_size(DType t);
 /* out[0..n) = f32(src[off .. off+n)) for a bf16 / f16 / f32 array. */
 void cpu_to_f32(float *out, const void *src, DType dt, int64_t off, int64_t n);
 
