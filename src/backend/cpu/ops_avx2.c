@@ -76,28 +76,143 @@ static inline float dot_row_kv(const float *q, const void *k, int bf16, int hd) 
 }
 
 /* Paged attention of one token for the query heads of kv heads kh0 .. kh1 (same contract as
- * attention_cpu in ops.c). The cache row of a slot holds all kv heads side by side, so walking
- * the slots and, per slot, the kv heads of the range reads memory in order (whole blocks of
- * 16 slots for all kv heads) instead of one head's bytes a page apart. q.k with four
- * accumulators; o accumulated in place over the slots (it stays in L1: heads x head_dim floats).
+ * attention_cpu in ops.c). A cache row (slot) holds all kv heads side by side, so the keys and
+ * values are walked a group of 8 slots at a time and, per group, kv head after kv head: memory
+ * is read in order, 8 rows at once (the rows of a block are a page apart with an f32 cache, so
+ * the next group's rows are prefetched by hand: the hardware prefetcher stops at page ends).
+ *   q.k: 8 slots at once, one accumulator per slot over head_dim, reduced together by a
+ *        transposing add tree: every slot's score is the same sum in the same order wherever it
+ *        falls in a group (a short last group repeats its last row and drops the extra lanes).
+ *   p.v: o[h] += p[j] * v[j] for j in order, a group's 8 slots per load/store of o (o stays in
+ *        L1: heads x head_dim floats); the same fused chain whatever the grouping.
  * The cache holds f32, or bf16 (kv_bf16) widened on the fly: the arithmetic is f32 either way. */
+#define SLOTS 8
+
+/* lane s of the result = the sum of the 8 lanes of a[s] */
+static inline __m256 reduce8x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5,
+                               __m256 a6, __m256 a7) {
+    const __m256 h01 = _mm256_hadd_ps(a0, a1), h23 = _mm256_hadd_ps(a2, a3);
+    const __m256 h45 = _mm256_hadd_ps(a4, a5), h67 = _mm256_hadd_ps(a6, a7);
+    const __m256 q0 = _mm256_hadd_ps(h01, h23), q1 = _mm256_hadd_ps(h45, h67);
+    /* q0 = [s0 s1 s2 s3 (lanes 0-3 half) | s0 s1 s2 s3 (lanes 4-7 half)], q1 likewise s4..s7 */
+    const __m256 lo = _mm256_permute2f128_ps(q0, q1, 0x20), hi = _mm256_permute2f128_ps(q0, q1, 0x31);
+    return _mm256_add_ps(lo, hi);
+}
+
+static inline float kv_elem(const void *row, int bf16, int i) {
+    if (!bf16) return ((const float *)row)[i];
+    union { uint32_t u; float f; } v = {.u = (uint32_t)((const uint16_t *)row)[i] << 16};
+    return v.f;
+}
+
+/* Rows of slots j0 .. j0+m (m <= SLOTS) of one layer's cache, the last repeated up to SLOTS. */
+static inline void group_rows(const char **rows, const void *cache, const int32_t *table, int j0,
+                              int m, int bs, size_t row_bytes) {
+    for (int s = 0; s < SLOTS; s++) {
+        const int j = j0 + (s < m ? s : m - 1);
+        rows[s] = (const char *)cache + ((size_t)table[j / bs] * bs + j % bs) * row_bytes;
+    }
+}
+
+/* Pulls the first lines of the next group's rows (from byte off, len bytes) towards L1. */
+static inline void prefetch_group(const void *cache, const int32_t *table, int j0, int n, int bs,
+                                  size_t row_bytes, size_t off, size_t len) {
+    for (int j = j0; j < j0 + SLOTS && j < n; j++) {
+        const char *r = (const char *)cache + ((size_t)table[j / bs] * bs + j % bs) * row_bytes + off;
+        for (size_t b = 0; b < len; b += 256) _mm_prefetch(r + b, _MM_HINT_T0);
+    }
+}
+
+/* The inner loops, one copy per cache dtype (BF16 a constant) and out of line, so that the
+ * eight row pointers, eight accumulators and q/p stay in registers. */
+#define KV_ROW(r, e) load8_kv((r) + (size_t)(e)*es, bf16)
+#define DEFINE_GROUP_KERNELS(SUFFIX, BF16)                                                         \
+    /* lane s = q . row s over [0, hd8) */                                                         \
+    static __attribute__((noinline)) __m256 qk_group_##SUFFIX(const float *qh,                     \
+                                                              const char *const *rows, size_t off, \
+                                                              int hd8) {                           \
+        const int bf16 = BF16;                                                                     \
+        const size_t es = bf16 ? 2 : 4;                                                            \
+        const char *r0 = rows[0] + off, *r1 = rows[1] + off, *r2 = rows[2] + off,                  \
+                   *r3 = rows[3] + off, *r4 = rows[4] + off, *r5 = rows[5] + off,                  \
+                   *r6 = rows[6] + off, *r7 = rows[7] + off;                                       \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,     \
+               a7 = a0;                                                                            \
+        for (int i = 0; i < hd8; i += 8) {                                                         \
+            const __m256 qv = _mm256_loadu_ps(qh + i);                                             \
+            a0 = _mm256_fmadd_ps(qv, KV_ROW(r0, i), a0);                                           \
+            a1 = _mm256_fmadd_ps(qv, KV_ROW(r1, i), a1);                                           \
+            a2 = _mm256_fmadd_ps(qv, KV_ROW(r2, i), a2);                                           \
+            a3 = _mm256_fmadd_ps(qv, KV_ROW(r3, i), a3);                                           \
+            a4 = _mm256_fmadd_ps(qv, KV_ROW(r4, i), a4);                                           \
+            a5 = _mm256_fmadd_ps(qv, KV_ROW(r5, i), a5);                                           \
+            a6 = _mm256_fmadd_ps(qv, KV_ROW(r6, i), a6);                                           \
+            a7 = _mm256_fmadd_ps(qv, KV_ROW(r7, i), a7);                                           \
+        }                                                                                          \
+        return reduce8x8(a0, a1, a2, a3, a4, a5, a6, a7);                                          \
+    }                                                                                              \
+    /* o[0, hd8) += p[s] * row s, s = 0..7 in order */                                             \
+    static __attribute__((noinline)) void pv_group_##SUFFIX(float *o, const float *p,              \
+                                                            const char *const *rows, size_t off,   \
+                                                            int hd8) {                             \
+        const int bf16 = BF16;                                                                     \
+        const size_t es = bf16 ? 2 : 4;                                                            \
+        const char *r0 = rows[0] + off, *r1 = rows[1] + off, *r2 = rows[2] + off,                  \
+                   *r3 = rows[3] + off, *r4 = rows[4] + off, *r5 = rows[5] + off,                  \
+                   *r6 = rows[6] + off, *r7 = rows[7] + off;                                       \
+        const __m256 p0 = _mm256_set1_ps(p[0]), p1 = _mm256_set1_ps(p[1]),                         \
+                     p2 = _mm256_set1_ps(p[2]), p3 = _mm256_set1_ps(p[3]),                         \
+                     p4 = _mm256_set1_ps(p[4]), p5 = _mm256_set1_ps(p[5]),                         \
+                     p6 = _mm256_set1_ps(p[6]), p7 = _mm256_set1_ps(p[7]);                         \
+        for (int i = 0; i < hd8; i += 8) {                                                         \
+            __m256 acc = _mm256_loadu_ps(o + i);                                                   \
+            acc = _mm256_fmadd_ps(p0, KV_ROW(r0, i), acc);                                         \
+            acc = _mm256_fmadd_ps(p1, KV_ROW(r1, i), acc);                                         \
+            acc = _mm256_fmadd_ps(p2, KV_ROW(r2, i), acc);                                         \
+            acc = _mm256_fmadd_ps(p3, KV_ROW(r3, i), acc);                                         \
+            acc = _mm256_fmadd_ps(p4, KV_ROW(r4, i), acc);                                         \
+            acc = _mm256_fmadd_ps(p5, KV_ROW(r5, i), acc);                                         \
+            acc = _mm256_fmadd_ps(p6, KV_ROW(r6, i), acc);                                         \
+            acc = _mm256_fmadd_ps(p7, KV_ROW(r7, i), acc);                                         \
+            _mm256_storeu_ps(o + i, acc);                                                          \
+        }                                                                                          \
+    }
+DEFINE_GROUP_KERNELS(f32, 0)
+DEFINE_GROUP_KERNELS(bf16, 1)
+#undef DEFINE_GROUP_KERNELS
+#undef KV_ROW
+
 void attention_heads_avx2(const float *q, float *out, int kh0, int kh1, int group,
                           const void *k_cache, const void *v_cache, int kv_bf16,
                           const int32_t *table, int n, int bs, int64_t kv_stride, int hd,
                           float scale, float *scores) {
     const int nh = (kh1 - kh0) * group, hd8 = hd & ~7;
-    const size_t es = kv_bf16 ? sizeof(uint16_t) : sizeof(float);
-    for (int j0 = 0; j0 < n; j0 += bs) {
-        const int64_t base = (int64_t)table[j0 / bs] * bs * kv_stride;
-        const int jn = n - j0 < bs ? n - j0 : bs;
-        for (int jj = 0; jj < jn; jj++) {
-            const char *krow = (const char *)k_cache + (base + jj * kv_stride) * es;
-            for (int kvh = kh0; kvh < kh1; kvh++)
-                for (int g = 0; g < group; g++) {
-                    const int h = (kvh - kh0) * group + g;
-                    scores[(int64_t)h * n + j0 + jj] =
-                        dot_row_kv(q + (int64_t)h * hd, krow + (size_t)kvh * hd * es, kv_bf16, hd) * scale;
+    const size_t es = kv_bf16 ? sizeof(uint16_t) : sizeof(float), row_bytes = (size_t)kv_stride * es;
+    const size_t seg_off = (size_t)kh0 * hd * es, seg_len = (size_t)(kh1 - kh0) * hd * es;
+    __m256 (*qk_group)(const float *, const char *const *, size_t, int) =
+        kv_bf16 ? qk_group_bf16 : qk_group_f32;
+    void (*pv_group)(float *, const float *, const char *const *, size_t, int) =
+        kv_bf16 ? pv_group_bf16 : pv_group_f32;
+    const char *rows[SLOTS];
+    prefetch_group(k_cache, table, 0, n, bs, row_bytes, seg_off, seg_len);
+    for (int j0 = 0; j0 < n; j0 += SLOTS) {
+        const int m = n - j0 < SLOTS ? n - j0 : SLOTS;
+        group_rows(rows, k_cache, table, j0, m, bs, row_bytes);
+        prefetch_group(k_cache, table, j0 + SLOTS, n, bs, row_bytes, seg_off, seg_len);
+        for (int kvh = kh0; kvh < kh1; kvh++) {
+            const size_t off = (size_t)kvh * hd * es;
+            for (int g = 0; g < group; g++) {
+                const int h = (kvh - kh0) * group + g;
+                const float *qh = q + (int64_t)h * hd;
+                float d[SLOTS];
+                _mm256_storeu_ps(d, qk_group(qh, rows, off, hd8));
+                float *sc = scores + (int64_t)h * n + j0;
+                for (int s = 0; s < m; s++) {
+                    float v = d[s];
+                    for (int i = hd8; i < hd; i++) v += qh[i] * kv_elem(rows[s] + off, kv_bf16, i);
+                    sc[s] = v * scale;
                 }
+            }
         }
     }
     for (int h = 0; h < nh; h++) {
@@ -107,33 +222,30 @@ void attention_heads_avx2(const float *q, float *out, int kh0, int kh1, int grou
         exp_inplace_avx2(sc, n);
     }
     for (int i = 0; i < nh * hd; i++) out[i] = 0.0f;
-    for (int j0 = 0; j0 < n; j0 += bs) {
-        const int64_t base = (int64_t)table[j0 / bs] * bs * kv_stride;
-        const int jn = n - j0 < bs ? n - j0 : bs;
-        for (int jj = 0; jj < jn; jj++) {
-            const char *vrow = (const char *)v_cache + (base + jj * kv_stride) * es;
-            for (int kvh = kh0; kvh < kh1; kvh++) {
-                const char *v = vrow + (size_t)kvh * hd * es;
-                for (int g = 0; g < group; g++) {
-                    const int h = (kvh - kh0) * group + g;
-                    const float pj = scores[(int64_t)h * n + j0 + jj];
-                    const __m256 p = _mm256_set1_ps(pj);
-                    float *o = out + (int64_t)h * hd;
-                    int i = 0;
-                    for (; i < hd8; i += 8)
-                        _mm256_storeu_ps(o + i, _mm256_fmadd_ps(p, load8_kv(v + i * es, kv_bf16),
-                                                                _mm256_loadu_ps(o + i)));
-                    for (; i < hd; i++) {
-                        float vi;
-                        if (kv_bf16) {
-                            union { uint32_t u; float f; } cv = {.u = (uint32_t)((const uint16_t *)v)[i] << 16};
-                            vi = cv.f;
-                        } else {
-                            vi = ((const float *)v)[i];
-                        }
-                        o[i] += pj * vi;
+    prefetch_group(v_cache, table, 0, n, bs, row_bytes, seg_off, seg_len);
+    for (int j0 = 0; j0 < n; j0 += SLOTS) {
+        const int m = n - j0 < SLOTS ? n - j0 : SLOTS;
+        group_rows(rows, v_cache, table, j0, m, bs, row_bytes);
+        prefetch_group(v_cache, table, j0 + SLOTS, n, bs, row_bytes, seg_off, seg_len);
+        for (int kvh = kh0; kvh < kh1; kvh++) {
+            const size_t off = (size_t)kvh * hd * es;
+            for (int g = 0; g < group; g++) {
+                const int h = (kvh - kh0) * group + g;
+                const float *p = scores + (int64_t)h * n + j0;
+                float *o = out + (int64_t)h * hd;
+                if (m == SLOTS) {
+                    pv_group(o, p, rows, off, hd8);
+                } else {
+                    for (int i = 0; i < hd8; i += 8) {
+                        const size_t e = off + (size_t)i * es;
+                        __m256 acc = _mm256_loadu_ps(o + i);
+                        for (int s = 0; s < m; s++)
+                            acc = _mm256_fmadd_ps(_mm256_set1_ps(p[s]), load8_kv(rows[s] + e, kv_bf16), acc);
+                        _mm256_storeu_ps(o + i, acc);
                     }
                 }
+                for (int i = hd8; i < hd; i++)
+                    for (int s = 0; s < m; s++) o[i] = fmaf(p[s], kv_elem(rows[s] + off, kv_bf16, i), o[i]);
             }
         }
     }
@@ -146,6 +258,7 @@ void attention_heads_avx2(const float *q, float *out, int kh0, int kh1, int grou
         for (int i = 0; i < hd; i++) o[i] *= inv;
     }
 }
+#undef SLOTS
 
 /* ---------------------------------------------------------------- exp and silu
  * exp(x) as Cephes' expf: n = round(x * log2(e)), r = x - n * ln2 (ln2 split in two, each step
