@@ -162,9 +162,18 @@ uint16_t *matmul_pack_bf16(const Tensor *w) {
     return p;
 }
 
-/* Rows per work chunk: a multiple of every kernel's row tile (24) and of the packed panel (16),
- * about 8 chunks per thread so the atomic hand-out evens out, at most 528 rows. */
-static int64_t matmul_chunk_rows(int64_t N, int nth) {
+/* Rows per work chunk, about 8 chunks per thread so that the atomic hand-out evens out, at most
+ * 528 rows. Packed weights: whole 16-row panels, as many per chunk as give every thread the
+ * same number of chunks where the panels allow it (o_proj's 64 panels on 2 threads: 16 chunks of
+ * 4, not 11 chunks of 96 rows of which the last is short). Row-major: a multiple of every
+ * kernel's row tile (24) and of 16. */
+static int64_t matmul_chunk_rows(int64_t N, int nth, int packed) {
+    if (packed) {
+        const int64_t panels = (N + 15) / 16, want = (int64_t)nth * 8;
+        int64_t per = (panels + want - 1) / want;
+        if (per > 33) per = 33;
+        return per * 16;
+    }
     int64_t c = N / ((int64_t)nth * 8);
     c = (c + 47) / 48 * 48;
     if (c < 48) c = 48;
@@ -222,7 +231,9 @@ void matmul_cpu(ThreadPool *pool, const float *x, int64_t ldx, int T, const Matm
     int any_bf16 = 0; /* row-major bf16 parts read x permuted; packed ones read it as it is */
     for (int p = 0; p < num_parts; p++) any_bf16 |= parts[p].w->dtype == DTYPE_BF16 && !parts[p].wp;
     j.xp = prepare_xp(j.isa, x, ldx, T, parts[0].w->cols, any_bf16, xp_buf);
-    j.chunk = matmul_chunk_rows(maxN, threadpool_size(pool));
+    int all_packed = 1;
+    for (int p = 0; p < num_parts; p++) all_packed &= parts[p].wp != NULL;
+    j.chunk = matmul_chunk_rows(maxN, threadpool_size(pool), all_packed && j.isa == CPU_ISA_AVX2);
     j.part_chunks[0] = 0;
     for (int p = 0; p < num_parts; p++)
         j.part_chunks[p + 1] = j.part_chunks[p] + (parts[p].w->rows + j.chunk - 1) / j.chunk;
@@ -270,7 +281,7 @@ void gate_up_silu_cpu(ThreadPool *pool, const float *x, int T, const Tensor *wg,
                    .wup = wup, .g = g, .u = u};
     j.xp = prepare_xp(j.isa, x, wg->cols, T, wg->cols,
                       (wg->dtype == DTYPE_BF16 && !wgp) || (wu->dtype == DTYPE_BF16 && !wup), xp_buf);
-    j.chunk = matmul_chunk_rows(wg->rows, threadpool_size(pool));
+    j.chunk = matmul_chunk_rows(wg->rows, threadpool_size(pool), wgp && wup && j.isa == CPU_ISA_AVX2);
     j.num_chunks = (wg->rows + j.chunk - 1) / j.chunk;
     threadpool_run(pool, gate_up_job, &j, j.num_chunks);
 }
