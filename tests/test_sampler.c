@@ -9,6 +9,7 @@
 
 #include <cmocka.h>
 
+#include "backend/cpu/ops.h"
 #include "engine/sampler.h"
 
 static SamplingParams params(float t, int k, float p, float min_p, int64_t seed) {
@@ -265,8 +266,89 @@ static void test_matches_reference_on_large_vocab(void **state) {
     free(logits);
 }
 
+/* NaN and -inf logits are never drawn, +-0 and ties resolve to the lowest id, for the vector
+ * passes (sampler_avx2.c) and the scalar ones alike, at every offset within an 8-lane chunk. */
+static void test_edge_values(void **state) {
+    (void)state;
+    const CpuIsa best = cpu_isa_best();
+    for (int isa = CPU_ISA_SCALAR; isa <= (int)best; isa++) {
+        cpu_isa_set((CpuIsa)isa);
+        for (int at = 0; at < 19; at++) {
+            const int V = 37;
+            float x[37];
+            for (int i = 0; i < V; i++) x[i] = (i % 3 == 0) ? NAN : -INFINITY;
+            x[at] = 2.0f;
+            x[(at + 11) % V] = 2.0f; /* a tie further on */
+            x[(at + 5) % V] = 1.0f;
+            SamplingParams g = params(0, 0, 1, 0, 1);
+            Sequence *s = make_seq(&g);
+            const int lo = at < (at + 11) % V ? at : (at + 11) % V;
+            assert_int_equal(sample_copy(x, V, &g, s), lo);
+            SamplingParams t = params(1.0f, 0, 1, 0, 9);
+            for (int d = 0; d < 50; d++) {
+                const int32_t tok = sample_copy(x, V, &t, s);
+                assert_true(tok == at || tok == (at + 11) % V || tok == (at + 5) % V);
+            }
+            sequence_destroy(s);
+        }
+        float first_nan[9] = {NAN, 1, 5, 5, 2, 3, 4, 0, 1};
+        SamplingParams g = params(0, 0, 1, 0, 1);
+        Sequence *s = make_seq(&g);
+        assert_int_equal(sample_copy(first_nan, 9, &g, s), 2); /* a NaN first does not win */
+        float all_nan[3] = {NAN, NAN, NAN};
+        assert_int_equal(sample_copy(all_nan, 3, &g, s), 0);
+        sequence_destroy(s);
+    }
+    cpu_isa_set(best);
+}
+
+#if defined(__x86_64__)
+double sampler_weights_avx2(const float *x, float *w, int n, float m, float inv_t);
+int32_t sampler_argmax_avx2(const float *x, int n);
+/* The vector weights directly: exp within 2 ulp of expf, exactly 0 for NaN, -inf and arguments
+ * below -87, the sum of what it wrote. */
+static void test_avx2_weights(void **state) {
+    (void)state;
+    if (cpu_isa_best() < CPU_ISA_AVX2) skip();
+    enum { N = 45 };
+    float x[N], w[N];
+    for (int i = 0; i < N; i++) x[i] = (float)(i % 7) - 3.0f + 0.37f * (float)i;
+    x[3] = NAN, x[12] = -INFINITY, x[20] = -200.0f, x[44] = NAN;
+    const float m = 20.0f, inv_t = 1.0f / 0.6f;
+    double total = sampler_weights_avx2(x, w, N, m, inv_t), sum = 0;
+    for (int i = 0; i < N; i++) {
+        sum += w[i];
+        if (i == 3 || i == 12 || i == 20 || i == 44) {
+            assert_true(w[i] == 0.0f);
+            continue;
+        }
+        const float want = expf((x[i] - m) * inv_t);
+        if (!(fabsf(w[i] - want) <= 3.0f * (nextafterf(want, INFINITY) - want))) print_error("i %d x %g w %.9g want %.9g\n", i, x[i], w[i], want);
+        assert_true(fabsf(w[i] - want) <= 3.0f * (nextafterf(want, INFINITY) - want));
+    }
+    assert_true(fabs(total - sum) <= 1e-12 * sum);
+    assert_int_equal(sampler_argmax_avx2(x, N), 41); /* 6 - 3 + 0.37 * 41 = 18.17 */
+}
+#endif
+
+/* Every test again on the scalar passes (CVLLM_CPU_ISA=scalar), when the CPU has vector ones. */
+static int use_scalar(void **state) {
+    (void)state;
+    cpu_isa_set(CPU_ISA_SCALAR);
+    return 0;
+}
+static int use_best(void **state) {
+    (void)state;
+    cpu_isa_set(cpu_isa_best());
+    return 0;
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_edge_values),
+#if defined(__x86_64__)
+        cmocka_unit_test(test_avx2_weights),
+#endif
         cmocka_unit_test(test_greedy_lowest_id_on_ties),
         cmocka_unit_test(test_top_k1_and_tiny_top_p_equal_greedy),
         cmocka_unit_test(test_temperature_frequencies),
@@ -274,5 +356,7 @@ int main(void) {
         cmocka_unit_test(test_seeds),
         cmocka_unit_test(test_matches_reference_on_large_vocab),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int rc = cmocka_run_group_tests_name("best isa", tests, use_best, NULL);
+    if (cpu_isa_best() != CPU_ISA_SCALAR) rc |= cmocka_run_group_tests_name("scalar", tests, use_scalar, use_best);
+    return rc;
 }

@@ -19,7 +19,16 @@
 
 #include <math.h>
 
+#include "backend/cpu/ops.h"
 #include "common.h"
+
+#if defined(__x86_64__)
+int32_t sampler_argmax_avx2(const float *x, int n);                              /* sampler_avx2.c */
+double sampler_weights_avx2(const float *x, float *w, int n, float m, float inv_t);
+#define HAVE_AVX2_SAMPLER() (cpu_isa_get() >= CPU_ISA_AVX2)
+#else
+#define HAVE_AVX2_SAMPLER() 0
+#endif
 
 size_t sampler_scratch_bytes(int vocab) { return (size_t)vocab * (sizeof(float) + sizeof(int)); }
 
@@ -27,10 +36,13 @@ size_t sampler_scratch_bytes(int vocab) { return (size_t)vocab * (sizeof(float) 
  * Greedy */
 
 static int32_t argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i; /* strict: the lowest id wins ties */
-    return best;
+#if defined(__x86_64__)
+    if (HAVE_AVX2_SAMPLER()) return sampler_argmax_avx2(x, n);
+#endif
+    int best = -1;
+    for (int i = 0; i < n; i++) /* strict: the lowest id wins ties; NaNs never win */
+        if (!isnan(x[i]) && (best < 0 || x[i] > x[best])) best = i;
+    return best < 0 ? 0 : best; /* all NaN: 0 */
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -110,12 +122,16 @@ int32_t sampler_sample(float *logits, int vocab, const SamplingParams *p, Sequen
     /* Temperature and softmax (unnormalized). */
     float inv_t = 1.0f / p->temperature;
     double total = 0.0;
-    for (int i = 0; i < vocab; i++) {
-        float e = expf((logits[i] - m) * inv_t);
-        if (!(e >= 0.0f)) e = 0.0f; /* NaN logits never win */
-        w[i] = e;
-        total += e;
-    }
+#if defined(__x86_64__)
+    if (HAVE_AVX2_SAMPLER()) total = sampler_weights_avx2(logits, w, vocab, m, inv_t);
+    else
+#endif
+        for (int i = 0; i < vocab; i++) {
+            float e = expf((logits[i] - m) * inv_t);
+            if (!(e >= 0.0f)) e = 0.0f; /* NaN logits never win */
+            w[i] = e;
+            total += e;
+        }
 
     /* Top-k, then top-p over the top-k set: bound = the worst token kept (-1 = no bound). */
     int bound = -1;
@@ -137,8 +153,11 @@ int32_t sampler_sample(float *logits, int vocab, const SamplingParams *p, Sequen
     /* Min-p (relative to the best token, whose weight is 1), then the draw in id order. */
     float min_w = p->min_p > 0.0f ? p->min_p * w[imax] : 0.0f;
     double kept = 0.0;
-    for (int i = 0; i < vocab; i++)
-        if (w[i] > 0.0f && w[i] >= min_w && (bound < 0 || !better(w, bound, i))) kept += w[i];
+    if (bound < 0 && min_w == 0.0f)
+        kept = total; /* no filter: every token with a weight is kept */
+    else
+        for (int i = 0; i < vocab; i++)
+            if (w[i] > 0.0f && w[i] >= min_w && (bound < 0 || !better(w, bound, i))) kept += w[i];
     double target = sequence_next_uniform(seq) * kept, cum = 0.0;
     int32_t token = imax;
     for (int i = 0; i < vocab; i++) {
