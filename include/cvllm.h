@@ -53,6 +53,10 @@ typedef struct {
     double gpu_memory_utilization; /* CUDA: fraction of device memory to use (default 0.9) */
     int enable_prefix_caching;  /* default 1 */
     int num_threads;            /* CPU threads; 0: all cores */
+    int prefault_kv_cache;      /* 1: touch the whole KV cache at start-up (CPU: zeroed by every
+                                 * thread), so that no step pays first-touch page faults, as a
+                                 * GPU's cache is allocated up front; costs start-up time (about
+                                 * 0.1-0.3 s a GB). `bench throughput` sets it. Default 0. */
     int verbose;                /* 1: print the KV cache layout at start-up (default 1) */
 } CvllmEngineOptions;
 

@@ -17,7 +17,8 @@
 typedef struct {
     int num_blocks;
     int block_size;
-    DType dtype;       /* element type of the cache (CPU: f32) */
+    DType dtype;       /* element type of the cache (CPU: f32 or bf16) */
+    int prefault;      /* touch all of it now, not at each block's first use */
 } KVCacheSpec;
 
 /* One step's inputs, all host arrays (the CUDA backend copies them to the device).

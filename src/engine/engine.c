@@ -117,7 +117,8 @@ int cvllm_engine_create(const char *model_dir, const CvllmEngineOptions *opts, C
 
     /* KV cache: [2, layers, blocks, block_size, kv_heads, head_dim], f32 unless bf16 asked. */
     KVCacheSpec spec = {.block_size = bs,
-                        .dtype = o.kv_cache_dtype == CVLLM_KV_DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32};
+                        .dtype = o.kv_cache_dtype == CVLLM_KV_DTYPE_BF16 ? DTYPE_BF16 : DTYPE_F32,
+                        .prefault = o.prefault_kv_cache};
     int64_t bytes_per_block = 2LL * e->cfg.num_hidden_layers * bs * e->cfg.num_key_value_heads *
                               e->cfg.head_dim * (int64_t)dtype_size(spec.dtype);
     int64_t budget = o.kv_cache_memory;

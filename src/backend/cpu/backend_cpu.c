@@ -28,7 +28,6 @@
 
 #include <math.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/threadpool.h"
@@ -41,8 +40,9 @@ typedef struct {
     float *q_norm, *k_norm;     /* [head_dim] or NULL */
     float *bq, *bk, *bv;        /* [heads*head_dim], [kv*head_dim] x2, or NULL */
     float *bo;                  /* [hidden] o_proj bias (Llama/Qwen3 attention_bias) or NULL */
-    /* bf16 matrices packed for the AVX2 kernels (matmul_pack_bf16), owned; NULL = not packed */
-    uint16_t *pq, *pk, *pv, *po, *pgate, *pup, *pdown;
+    /* bf16 matrices packed for the AVX2 kernels (matmul_pack_bf16), in CpuBackend.packed;
+     * NULL = not packed */
+    const uint16_t *pq, *pk, *pv, *po, *pgate, *pup, *pdown;
 } LayerParams;
 
 /* CVLLM_CPU_PROFILE=1: wall time per op, printed when the backend is destroyed. */
@@ -65,7 +65,9 @@ typedef struct {
     float *params;         /* owned: every LayerParams vector, final_norm and inv_freq */
     LayerParams *lp;       /* owned: [layers] */
     float *final_norm;     /* [hidden] */
-    uint16_t *p_lm_head;   /* owned: lm_head packed for the AVX2 kernels, or NULL */
+    const uint16_t *p_lm_head; /* lm_head packed for the AVX2 kernels, or NULL */
+    void *packed;          /* owned (cpu_alloc_huge): every packed matrix, or NULL */
+    size_t packed_map;
     float *inv_freq;       /* [head_dim/2] */
 
     int slice;             /* tokens per slice: S = min(max_num_tokens, CPU_TOKEN_SLICE) */
@@ -109,26 +111,42 @@ static int check_matrix(const char *name, int layer, const Tensor *t, int64_t ro
 
 /* With the AVX2 kernels, bf16 matrices are repacked once into 16-row panels (ops.h: one
  * contiguous stream per panel for batch-1 decode, 12-accumulator tiles for batches): a bf16 copy
- * of the weights, never an f32 one. CVLLM_CPU_PACK=0 keeps the row-major kernels. */
-static uint16_t *pack_one(const Tensor *t) {
-    return t->dtype == DTYPE_BF16 ? matmul_pack_bf16(t) : NULL;
+ * of the weights, never an f32 one, in one huge-page arena (cpu_alloc_huge: batch-1 decode streams
+ * all of it every token). CVLLM_CPU_PACK=0 keeps the row-major kernels. Two passes: sizes, then
+ * the packing. */
+static const uint16_t *pack_one(CpuBackend *c, const Tensor *t, size_t *off) {
+    if (t->dtype != DTYPE_BF16) return NULL;
+    const size_t at = *off;
+    *off += (matmul_packed_bytes(t) + 63) / 64 * 64;
+    if (!c->packed) return NULL; /* sizing pass */
+    uint16_t *dst = (uint16_t *)((char *)c->packed + at);
+    matmul_pack_bf16_into(t, dst);
+    return dst;
 }
 
 static void pack_weights(CpuBackend *c) {
     const char *env = getenv("CVLLM_CPU_PACK");
     if (cpu_isa_get() != CPU_ISA_AVX2 || (env && !strcmp(env, "0"))) return;
-    for (int l = 0; l < c->layers; l++) {
-        const LayerWeights *lw = &c->w->layers[l];
-        LayerParams *p = &c->lp[l];
-        p->pq = pack_one(&lw->q_proj);
-        p->pk = pack_one(&lw->k_proj);
-        p->pv = pack_one(&lw->v_proj);
-        p->po = pack_one(&lw->o_proj);
-        p->pgate = pack_one(&lw->gate_proj);
-        p->pup = pack_one(&lw->up_proj);
-        p->pdown = pack_one(&lw->down_proj);
+    for (int pass = 0; pass < 2; pass++) {
+        size_t off = 0;
+        for (int l = 0; l < c->layers; l++) {
+            const LayerWeights *lw = &c->w->layers[l];
+            LayerParams *p = &c->lp[l];
+            p->pq = pack_one(c, &lw->q_proj, &off);
+            p->pk = pack_one(c, &lw->k_proj, &off);
+            p->pv = pack_one(c, &lw->v_proj, &off);
+            p->po = pack_one(c, &lw->o_proj, &off);
+            p->pgate = pack_one(c, &lw->gate_proj, &off);
+            p->pup = pack_one(c, &lw->up_proj, &off);
+            p->pdown = pack_one(c, &lw->down_proj, &off);
+        }
+        c->p_lm_head = pack_one(c, &c->w->lm_head, &off);
+        if (pass == 0) {
+            if (off == 0) return; /* nothing in bf16 */
+            c->packed = cpu_alloc_huge(off, &c->packed_map);
+            CHECK(c->packed != NULL, "out of memory for %zu bytes of packed weights", off);
+        }
     }
-    c->p_lm_head = pack_one(&c->w->lm_head);
 }
 
 static int cpu_forward(Backend *b, const StepInputs *in, float *logits);
@@ -271,16 +289,11 @@ static void cpu_destroy(Backend *b) {
     }
     if (c) {
         threadpool_destroy(c->pool);
-        for (int l = 0; c->lp && l < c->layers; l++) {
-            LayerParams *p = &c->lp[l];
-            free(p->pq), free(p->pk), free(p->pv), free(p->po);
-            free(p->pgate), free(p->pup), free(p->pdown);
-        }
-        free(c->p_lm_head);
+        cpu_free_huge(c->packed, c->packed_map);
         free(c->params);
         free(c->lp);
         free(c->ws);
-        if (c->kv) munmap(c->kv, c->kv_map_bytes);
+        cpu_free_huge(c->kv, c->kv_map_bytes);
         free(c);
     }
     free(b);
@@ -309,6 +322,17 @@ static int64_t cpu_available_kv_bytes(Backend *b) {
     return kb * 1024 / 2;
 }
 
+typedef struct {
+    char *p;
+    size_t bytes;
+} PrefaultJob;
+
+static void prefault_job(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    PrefaultJob *j = ctx;
+    memset(j->p + ((size_t)task << 21), 0, (size_t)1 << 21); /* bytes is a multiple of 2 MB */
+}
+
 static int cpu_init_kv_cache(Backend *b, const KVCacheSpec *spec) {
     CpuBackend *c = b->ctx;
     if (c->kv) return cvllm_errorf(CVLLM_EINVAL, "cpu backend: KV cache already allocated");
@@ -319,19 +343,19 @@ static int cpu_init_kv_cache(Backend *b, const KVCacheSpec *spec) {
                             spec->num_blocks, spec->block_size);
     size_t n = 2 * (size_t)c->layers * (size_t)spec->num_blocks * (size_t)spec->block_size *
                (size_t)c->kv_dim;
-    /* Anonymous mmap (zeroed) in 2 MB huge pages where the kernel allows (THP "madvise" mode):
-     * attention reads one head's 512 bytes out of every slot's row, a page-sized stride, and
-     * with 4 KB pages nearly every key is a TLB miss. */
-    const size_t huge = (size_t)2 << 20;
+    /* zeroed, in 2 MB huge pages where the kernel allows (THP "madvise" mode): attention reads
+     * slot rows a page apart (one f32 row of Qwen3-0.6B is 4 KB), and with 4 KB pages every row
+     * is a TLB miss and a first touch is a fault per 4 KB */
     const size_t esize = spec->dtype == DTYPE_BF16 ? sizeof(uint16_t) : sizeof(float);
-    size_t bytes = (n * esize + huge - 1) / huge * huge;
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
+    size_t bytes = 0;
+    void *p = cpu_alloc_huge(n * esize, &bytes);
+    if (!p)
         return cvllm_errorf(CVLLM_ENOMEM, "cpu backend: cannot allocate a KV cache of %zu bytes",
                             n * esize);
-#ifdef MADV_HUGEPAGE
-    madvise(p, bytes, MADV_HUGEPAGE); /* a hint: failure only costs speed */
-#endif
+    if (spec->prefault) { /* every thread zeroes its share, 2 MB at a time */
+        PrefaultJob j = {p, bytes};
+        threadpool_run(c->pool, prefault_job, &j, (int64_t)(bytes >> 21));
+    }
     c->kv = p;
     c->kv_bf16 = spec->dtype == DTYPE_BF16;
     c->kv_map_bytes = bytes;

@@ -6,7 +6,9 @@
 #include "backend/cpu/ops.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "common.h"
 
@@ -141,12 +143,13 @@ void matmul_rows(CpuIsa isa, const MatmulArgs *a, int64_t n0, int64_t n1) {
     matmul_rows_scalar(a, n0, n1);
 }
 
-uint16_t *matmul_pack_bf16(const Tensor *w) {
+size_t matmul_packed_bytes(const Tensor *w) {
+    return (size_t)((w->rows + 15) / 16) * (size_t)w->cols * 16 * sizeof(uint16_t);
+}
+
+void matmul_pack_bf16_into(const Tensor *w, uint16_t *p) {
     CHECK(w->dtype == DTYPE_BF16 && w->data, "packing a %s tensor", w->data ? "non-bf16" : "missing");
     const int64_t N = w->rows, K = w->cols, np = (N + 15) / 16;
-    size_t bytes = (size_t)np * (size_t)K * 16 * sizeof(uint16_t);
-    uint16_t *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    CHECK(p != NULL, "out of memory packing a [%lld, %lld] matrix", (long long)N, (long long)K);
     const uint16_t *src = w->data;
     for (int64_t pi = 0; pi < np; pi++) {
         uint16_t *panel = p + pi * K * 16;
@@ -159,7 +162,34 @@ uint16_t *matmul_pack_bf16(const Tensor *w) {
                 for (int64_t k = 0; k < K; k++) panel[k * 16 + lane] = 0;
         }
     }
+}
+
+uint16_t *matmul_pack_bf16(const Tensor *w) {
+    const size_t bytes = matmul_packed_bytes(w);
+    uint16_t *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    CHECK(p != NULL, "out of memory packing a [%lld, %lld] matrix", (long long)w->rows,
+          (long long)w->cols);
+    matmul_pack_bf16_into(w, p);
     return p;
+}
+
+void *cpu_alloc_huge(size_t bytes, size_t *mapped) {
+    const size_t huge = (size_t)2 << 20, len = (bytes + huge - 1) / huge * huge;
+    /* map one huge page more, then trim the unaligned head and the tail */
+    char *raw = mmap(NULL, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    char *p = (char *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
+    if (p > raw) munmap(raw, (size_t)(p - raw));
+    if (p + len < raw + len + huge) munmap(p + len, (size_t)(raw + len + huge - (p + len)));
+#ifdef MADV_HUGEPAGE
+    madvise(p, len, MADV_HUGEPAGE); /* a hint: without it only speed is lost */
+#endif
+    *mapped = len;
+    return p;
+}
+
+void cpu_free_huge(void *p, size_t mapped) {
+    if (p) munmap(p, mapped);
 }
 
 /* Rows per work chunk, about 8 chunks per thread so that the atomic hand-out evens out, at most

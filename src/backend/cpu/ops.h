@@ -75,6 +75,17 @@ void matmul_rows(CpuIsa isa, const MatmulArgs *a, int64_t n0, int64_t n1);
  * Every output element is one FMA chain over k = 0 .. K-1 from 0, then + bias: the same for
  * every T and tile (batch invariance). Rows past N are zero. */
 uint16_t *matmul_pack_bf16(const Tensor *w); /* 64-byte aligned; free() it */
+/* The same into caller memory (64-byte aligned) of matmul_packed_bytes(w) bytes. */
+size_t matmul_packed_bytes(const Tensor *w);
+void matmul_pack_bf16_into(const Tensor *w, uint16_t *dst);
+
+/* Anonymous memory on a 2 MB boundary, zeroed, with transparent huge pages asked for (THP in
+ * "madvise" mode grants them only to 2 MB-aligned ranges of MADV_HUGEPAGE memory): streaming
+ * the weights or the KV cache then takes a TLB miss per 2 MB instead of per 4 KB, and a first
+ * touch costs one fault per 2 MB. *mapped receives the length to give cpu_free_huge. NULL if
+ * the memory cannot be had. */
+void *cpu_alloc_huge(size_t bytes, size_t *mapped);
+void cpu_free_huge(void *p, size_t mapped);
 /* n0 must be a multiple of 16 (panel boundary); n1 a multiple of 16 or N. */
 void matmul_rows_packed_avx2(const MatmulArgs *a, int64_t n0, int64_t n1); /* matmul_packed_avx2.c */
 
