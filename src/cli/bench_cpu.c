@@ -60,19 +60,28 @@ static void bw_job(void *ctx, int64_t task, int thread) {
     j->sums[task & 1023] = s;
 }
 
-static double bench_bandwidth(ThreadPool *pool, int64_t bytes, int reps) {
+/* An array of `bytes` touched once, read by bw_sample. */
+static BwJob bw_setup(ThreadPool *pool, int64_t bytes) {
     BwJob j = {.n = bytes / 4, .per = 1 << 20}; /* 4 MB tasks */
-    const int64_t tasks = (j.n + j.per - 1) / j.per;
     j.a = xmalloc((size_t)j.n * sizeof(float));
     j.touch = 1;
-    threadpool_run(pool, bw_job, &j, tasks); /* first touch */
+    threadpool_run(pool, bw_job, &j, (j.n + j.per - 1) / j.per); /* first touch */
     j.touch = 0;
+    return j;
+}
+
+/* One read of the whole array with every thread of the pool: GB/s. */
+static double bw_sample(ThreadPool *pool, BwJob *j) {
+    double t0 = now_seconds();
+    threadpool_run(pool, bw_job, j, (j->n + j->per - 1) / j->per);
+    return (double)j->n * 4 / (now_seconds() - t0) / 1e9;
+}
+
+static double bench_bandwidth(ThreadPool *pool, int64_t bytes, int reps) {
+    BwJob j = bw_setup(pool, bytes);
     double best = 0, *gbs = xmalloc(reps * sizeof(double));
     for (int r = 0; r < reps; r++) {
-        double t0 = now_seconds();
-        threadpool_run(pool, bw_job, &j, tasks);
-        double dt = now_seconds() - t0;
-        gbs[r] = (double)j.n * 4 / dt / 1e9;
+        gbs[r] = bw_sample(pool, &j);
         if (gbs[r] > best) best = gbs[r];
     }
     qsort(gbs, reps, sizeof(double), cmp_double);
@@ -190,9 +199,10 @@ static size_t synthetic_weights(const ModelConfig *c, ModelWeights *w, uint16_t 
     return (size_t)total * 2;
 }
 
-/* Decode `steps` steps of B sequences whose first ctx tokens are already cached. */
-static double bench_decode(Backend *b, const ModelConfig *cfg, int B, int ctx, int steps,
-                           int block_size, int mbps, float *logits, double *best_step) {
+/* One decode step of B sequences whose first p tokens are cached (their new token at position
+ * p); returns its wall time. Sequence s owns blocks s*mbps .. s*mbps + mbps - 1. */
+static double decode_step(Backend *b, const ModelConfig *cfg, int B, int p, int block_size,
+                          int mbps, float *logits) {
     int32_t *ids = xmalloc(B * sizeof(int32_t)), *pos = xmalloc(B * sizeof(int32_t)),
             *cuq = xmalloc((B + 1) * sizeof(int32_t)), *cuk = xmalloc((B + 1) * sizeof(int32_t)),
             *ctxl = xmalloc(B * sizeof(int32_t)), *lidx = xmalloc(B * sizeof(int32_t)),
@@ -200,34 +210,27 @@ static double bench_decode(Backend *b, const ModelConfig *cfg, int B, int ctx, i
     int64_t *slots = xmalloc(B * sizeof(int64_t));
     for (int s = 0; s < B; s++)
         for (int i = 0; i < mbps; i++) tables[s * mbps + i] = s * mbps + i;
-    double t0 = 0, ts = 0;
-    for (int step = -2; step < steps; step++) { /* two warm-up steps */
-        if (step == 0) t0 = now_seconds();
-        ts = now_seconds();
-        int p = ctx + (step < 0 ? 0 : step);
-        cuq[0] = cuk[0] = 0;
-        for (int s = 0; s < B; s++) {
-            ids[s] = (int32_t)(rnd32() % (uint32_t)cfg->vocab_size);
-            pos[s] = p;
-            slots[s] = (int64_t)tables[s * mbps + p / block_size] * block_size + p % block_size;
-            ctxl[s] = p + 1;
-            cuq[s + 1] = s + 1;
-            cuk[s + 1] = cuk[s] + p + 1;
-            lidx[s] = s;
-        }
-        StepInputs in = {.is_prefill = 0, .num_tokens = B, .num_seqs = B, .input_ids = ids,
-                         .positions = pos, .slot_mapping = slots, .cu_seqlens_q = cuq,
-                         .cu_seqlens_k = cuk, .max_seqlen_q = 1, .max_seqlen_k = p + 1,
-                         .context_lens = ctxl, .block_tables = tables, .max_blocks_per_seq = mbps,
-                         .logits_indices = lidx, .num_logits = B};
-        int rc = b->forward(b, &in, logits);
-        CHECK(rc == 0, "forward failed: %s", cvllm_last_error());
-        const double st = now_seconds() - ts;
-        if (step >= 0 && (*best_step == 0 || st < *best_step)) *best_step = st;
+    cuq[0] = cuk[0] = 0;
+    for (int s = 0; s < B; s++) {
+        ids[s] = (int32_t)(rnd32() % (uint32_t)cfg->vocab_size);
+        pos[s] = p;
+        slots[s] = (int64_t)tables[s * mbps + p / block_size] * block_size + p % block_size;
+        ctxl[s] = p + 1;
+        cuq[s + 1] = s + 1;
+        cuk[s + 1] = cuk[s] + p + 1;
+        lidx[s] = s;
     }
-    double dt = now_seconds() - t0;
+    StepInputs in = {.is_prefill = 0, .num_tokens = B, .num_seqs = B, .input_ids = ids,
+                     .positions = pos, .slot_mapping = slots, .cu_seqlens_q = cuq,
+                     .cu_seqlens_k = cuk, .max_seqlen_q = 1, .max_seqlen_k = p + 1,
+                     .context_lens = ctxl, .block_tables = tables, .max_blocks_per_seq = mbps,
+                     .logits_indices = lidx, .num_logits = B};
+    const double t0 = now_seconds();
+    int rc = b->forward(b, &in, logits);
+    const double dt = now_seconds() - t0;
+    CHECK(rc == 0, "forward failed: %s", cvllm_last_error());
     free(ids), free(pos), free(cuq), free(cuk), free(ctxl), free(lidx), free(tables), free(slots);
-    return dt / steps;
+    return dt;
 }
 
 static double bench_prefill(Backend *b, const ModelConfig *cfg, int n, int block_size, int mbps,
@@ -255,8 +258,8 @@ static double bench_prefill(Backend *b, const ModelConfig *cfg, int n, int block
     return dt;
 }
 
-static void bench_forward(int threads, const int *batches, int nb, int ctx, int steps,
-                          int prefill, double bw) {
+static void bench_forward(int64_t bw_bytes, int threads, const int *batches, int nb, int ctx,
+                          int steps, int prefill) {
     ModelConfig cfg;
     qwen3_06b_config(&cfg);
     ModelWeights w;
@@ -291,34 +294,50 @@ static void bench_forward(int threads, const int *batches, int nb, int ctx, int 
            cpu_isa_name(cpu_isa_get()), kv_bytes / 1e6, dtype_name(g_kv_dtype));
     float *logits = xmalloc((size_t)maxB * cfg.vocab_size * sizeof(float));
     const double step_bytes = (double)wbytes; /* layers + tied lm_head (embed rows negligible) */
-    /* --repeat R: the batch list is run R times, interleaved (so that the machine's drift hits
-     * every batch size alike), and each batch's median step time is reported */
-    double tok1 = 0, *times = xmalloc((size_t)nb * g_repeat * sizeof(double));
-    double *best = xcalloc((size_t)nb, sizeof(double)); /* fastest single step of each batch */
-    for (int r = 0; r < g_repeat; r++)
+    /* Steps of the batch sizes alternate (B1, B2, B1, B2, ...), each round after one read of
+     * the bandwidth array on the same threads: the host's drift (its memory bandwidth moves by
+     * a third within a minute here) hits every batch size and the bound alike. Each batch size
+     * gets steps x repeat timed steps (after two warm-up ones) at positions ctx .. ctx+steps-1
+     * over and over; the median step is reported, with the 10th and 90th percentiles. The batch-1
+     * bound is the weight bytes over the median bandwidth sample of the rounds (and over the
+     * best one, the strict reading). */
+    const int n = steps * g_repeat;
+    double tok1 = 0, *times = xmalloc((size_t)nb * n * sizeof(double));
+    double *bws = xmalloc((size_t)n * sizeof(double));
+    ThreadPool *pool = backend_cpu_pool(b);
+    BwJob bwj = bw_setup(pool, bw_bytes);
+    for (int i = 0; i < nb; i++)
+        for (int w = 0; w < 2; w++) decode_step(b, &cfg, batches[i], ctx, block_size, mbps, logits);
+    for (int k = 0; k < n; k++) {
+        bws[k] = bw_sample(pool, &bwj);
         for (int i = 0; i < nb; i++)
-            times[i * g_repeat + r] =
-                bench_decode(b, &cfg, batches[i], ctx, steps, block_size, mbps, logits, &best[i]);
+            times[i * n + k] = decode_step(b, &cfg, batches[i], ctx + k % steps, block_size, mbps, logits);
+    }
+    free(bwj.a);
+    qsort(bws, n, sizeof(double), cmp_double);
+    const double bw = bws[n / 2], bw_best = bws[n - 1];
+    printf("bandwidth, one %.2f GB read before each round: median %.1f GB/s, p10-p90 %.1f .. %.1f, "
+           "best %.1f\n", bw_bytes / 1e9, bw, bws[n / 10], bws[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1], bw_best);
     for (int i = 0; i < nb; i++) {
         int B = batches[i];
-        qsort(times + i * g_repeat, g_repeat, sizeof(double), cmp_double);
-        double dt = times[i * g_repeat + g_repeat / 2];
+        double *t = times + i * n;
+        qsort(t, n, sizeof(double), cmp_double);
+        double dt = t[n / 2];
         double tps = B / dt;
         if (B == 1) tok1 = tps;
         printf("decode B=%-3d ctx=%d: %7.2f ms/step  %7.1f tok/s  %6.1f GB/s of weights  "
                "%6.1f GFLOP/s",
                B, ctx, dt * 1e3, tps, step_bytes / dt / 1e9, 2.0 * B * step_bytes / 2 / dt / 1e9);
-        if (B == 1 && bw > 0)
-            printf("  (%.0f%% of the %.1f tok/s bandwidth bound)", 100.0 * tps / (bw * 1e9 / step_bytes),
-                   bw * 1e9 / step_bytes);
+        if (B == 1)
+            printf("  (%.0f%% of the %.1f tok/s bandwidth bound; %.0f%% of the best sample's %.1f)",
+                   100.0 * tps / (bw * 1e9 / step_bytes), bw * 1e9 / step_bytes,
+                   100.0 * tps / (bw_best * 1e9 / step_bytes), bw_best * 1e9 / step_bytes);
         if (B > 1 && tok1 > 0) printf("  (%.2fx batch 1)", tps / tok1);
-        if (g_repeat > 1)
-            printf("  [median of %d; %.1f .. %.1f tok/s]", g_repeat, B / times[i * g_repeat + g_repeat - 1],
-                   B / times[i * g_repeat]);
-        printf("  best step %.2f ms\n", best[i] * 1e3);
+        printf("  [median of %d steps; p10-p90 %.1f .. %.1f tok/s]\n", n, B / t[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1],
+               B / t[n / 10]);
     }
     free(times);
-    free(best);
+    free(bws);
     if (prefill > 0) {
         double dt = bench_prefill(b, &cfg, prefill, block_size, mbps, logits);
         printf("prefill of %d tokens: %.2f s  %.1f tok/s  %.1f GFLOP/s\n", prefill, dt,
@@ -343,7 +362,8 @@ static void usage(void) {
             "  --steps N        timed decode steps (default 10)\n"
             "  --prefill N      also time one prefill of N tokens (default 0)\n"
             "  --kv-cache-dtype float32|bfloat16  KV cache elements (default float32)\n"
-            "  --repeat R       run the batch list R times, interleaved; report medians\n");
+            "  --repeat R       time steps x R steps of each batch size (steps of the batch\n"
+            "                   sizes alternate); report the median step (default 1)\n");
 }
 
 int bench_cpu_ops(int argc, char **argv) {
@@ -400,9 +420,7 @@ int bench_cpu_ops(int argc, char **argv) {
     ThreadPool *pool = threadpool_create(threads);
     printf("cpu: %d threads, isa %s (best %s)\n", threadpool_size(pool), cpu_isa_name(cpu_isa_get()),
            cpu_isa_name(cpu_isa_best()));
-    double bw = 0;
-    if (all || !strcmp(what, "bw") || !strcmp(what, "forward"))
-        bw = bench_bandwidth(pool, (int64_t)(bw_gb * 1e9), 7);
+    if (all || !strcmp(what, "bw")) bench_bandwidth(pool, (int64_t)(bw_gb * 1e9), 7);
     if (all || !strcmp(what, "matmul")) {
         printf("bf16 matmul, qwen3-0.6b shapes (weights streamed from memory):\n");
         static const struct { const char *name; int64_t N, K; } shapes[] = {
@@ -416,6 +434,7 @@ int bench_cpu_ops(int argc, char **argv) {
                     bench_matmul_shape(pool, shapes[s].name, shapes[s].N, shapes[s].K, T, 3, packed);
     }
     threadpool_destroy(pool);
-    if (all || !strcmp(what, "forward")) bench_forward(threads, batches, nb, ctx, steps, prefill, bw);
+    if (all || !strcmp(what, "forward"))
+        bench_forward((int64_t)(bw_gb * 1e9), threads, batches, nb, ctx, steps, prefill);
     return 0;
 }

@@ -308,6 +308,8 @@ float *backend_cpu_kv_cache(Backend *b, size_t *num_floats) {
 
 int backend_cpu_num_threads(Backend *b) { return threadpool_size(((CpuBackend *)b->ctx)->pool); }
 
+ThreadPool *backend_cpu_pool(Backend *b) { return ((CpuBackend *)b->ctx)->pool; }
+
 /* ---------------------------------------------------------------- KV cache */
 
 static int64_t cpu_available_kv_bytes(Backend *b) {

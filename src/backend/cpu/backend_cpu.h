@@ -11,5 +11,7 @@
 float *backend_cpu_kv_cache(Backend *b, size_t *num_floats);
 /* Number of threads the backend computes with. */
 int backend_cpu_num_threads(Backend *b);
+/* Its thread pool (benchmarks run their own jobs on the same threads between steps). */
+struct ThreadPool *backend_cpu_pool(Backend *b);
 
 #endif
