@@ -1,6 +1,7 @@
 /* bench_cpu.c: `cvllm bench ops` - micro-benchmarks of the CPU backend on this machine:
  *   bw       read bandwidth: sum of a large f32 array with all threads (the decode roofline)
  *   matmul   bf16 matmul at T tokens on the qwen3-0.6b shapes: GB/s of weights, GFLOP/s
+ *   sampler  one token from a row of Qwen3's vocabulary size (vector and scalar passes)
  *   forward  a whole synthetic qwen3-0.6b (random bf16 weights in memory, tied lm_head):
  *            decode steps at batch sizes B over a context of C cached tokens -> tokens/s
  * Weight sets are cycled through several copies larger than the last-level cache, so the
@@ -13,6 +14,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/threadpool.h"
 #include "common.h"
+#include "engine/sampler.h"
 
 int bench_cpu_ops(int argc, char **argv);
 
@@ -349,11 +351,49 @@ static void bench_forward(int64_t bw_bytes, int threads, const int *batches, int
     free(blob);
 }
 
+/* ---------------------------------------------------------------- sampler */
+
+/* One token sampled from a row of Qwen3's vocabulary size (temperature 0.6, as bench.py; and
+ * greedy), with the vector passes and the scalar ones: best of 50 and mean, in ms. */
+static void bench_sampler(void) {
+    const int V = 151936, reps = 50;
+    float *logits = xmalloc((size_t)V * sizeof(float)), *x = xmalloc((size_t)V * sizeof(float));
+    void *scratch = xmalloc(sampler_scratch_bytes(V));
+    for (int i = 0; i < V; i++) logits[i] = (float)(rnd32() >> 8) / 8388608.0f * 20.0f - 10.0f;
+    const CpuIsa best_isa = cpu_isa_get();
+    printf("sampler, vocab %d:\n", V);
+    for (int pass = 0; pass < 2; pass++) {
+        const CpuIsa isa = pass == 0 ? best_isa : CPU_ISA_SCALAR;
+        if (pass == 1 && best_isa == CPU_ISA_SCALAR) break;
+        cpu_isa_set(isa);
+        for (int greedy = 0; greedy < 2; greedy++) {
+            SamplingParams p = {.temperature = greedy ? 0.0f : 0.6f, .top_p = 1.0f, .seed = 1,
+                                .max_tokens = 16};
+            int32_t prompt[1] = {0};
+            Sequence *seq = sequence_create(1, prompt, 1, &p);
+            double best = 0, total = 0;
+            for (int r = 0; r < reps; r++) {
+                memcpy(x, logits, (size_t)V * sizeof(float));
+                const double t0 = now_seconds();
+                (void)sampler_sample(x, V, &p, seq, scratch);
+                const double dt = now_seconds() - t0;
+                total += dt;
+                if (best == 0 || dt < best) best = dt;
+            }
+            sequence_destroy(seq);
+            printf("  %-6s %-16s %.3f ms best, %.3f ms mean\n", cpu_isa_name(isa),
+                   greedy ? "greedy" : "temperature 0.6", best * 1e3, total / reps * 1e3);
+        }
+    }
+    cpu_isa_set(best_isa);
+    free(logits), free(x), free(scratch);
+}
+
 /* ---------------------------------------------------------------- command line */
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: cvllm bench ops [bw|matmul|forward|all] [options]\n"
+            "usage: cvllm bench ops [bw|matmul|forward|sampler|all] [options]\n"
             "  --threads N      threads (0 = all cores; default 0)\n"
             "  --isa NAME       scalar | avx2 | avx512 (default: best)\n"
             "  --bw-gb G        bandwidth array size in GB (default 1)\n"
@@ -413,7 +453,8 @@ int bench_cpu_ops(int argc, char **argv) {
         return 2;
     }
     int all = !strcmp(what, "all");
-    if (!all && strcmp(what, "bw") && strcmp(what, "matmul") && strcmp(what, "forward")) {
+    if (!all && strcmp(what, "bw") && strcmp(what, "matmul") && strcmp(what, "forward") &&
+        strcmp(what, "sampler")) {
         usage();
         return 2;
     }
@@ -434,6 +475,7 @@ int bench_cpu_ops(int argc, char **argv) {
                     bench_matmul_shape(pool, shapes[s].name, shapes[s].N, shapes[s].K, T, 3, packed);
     }
     threadpool_destroy(pool);
+    if (all || !strcmp(what, "sampler")) bench_sampler();
     if (all || !strcmp(what, "forward"))
         bench_forward((int64_t)(bw_gb * 1e9), threads, batches, nb, ctx, steps, prefill);
     return 0;
