@@ -7,7 +7,7 @@
  * whatever T, the tile or the thread's panel range, so results are batch invariant.
  *   T == 1 (batch-1 decode, memory-bound): two panels at a time (4 FMA chains, 2 streams).
  *   T > 1: tiles of up to 6 tokens x 1 panel (12 accumulators); the panel (K * 32 bytes) stays
- *   in L1/L2 while the token tiles walk it, and the next panel is prefetched meanwhile. */
+ *   in L1/L2 while the token tiles walk it. */
 #include <immintrin.h>
 
 #include "backend/cpu/ops.h"
@@ -46,13 +46,12 @@ INLINE void store_row(const MatmulArgs *a, int t, int64_t n0, int64_t N, __m256 
 #define TILE_STORE(t)                                                                              \
     if (TT > t) store_row(a, t0 + t, n0, N, c##t##0, c##t##1);
 
-INLINE void tile(const MatmulArgs *a, int t0, int64_t n0, int64_t N, const int TT, const char *pf) {
+INLINE void tile(const MatmulArgs *a, int t0, int64_t n0, int64_t N, const int TT) {
     const int64_t K = a->K;
     const uint16_t *p = a->wp + (n0 / 16) * K * 16;
     const __m256i himask = _mm256_set1_epi32((int)0xffff0000u);
     TILE_ACC(0) TILE_ACC(1) TILE_ACC(2) TILE_ACC(3) TILE_ACC(4) TILE_ACC(5)
     for (int64_t k = 0; k < K; k++) {
-        if (pf && !(k & 1)) _mm_prefetch(pf + k * 32, _MM_HINT_T1); /* a line every 2 k */
         __m256i v = _mm256_load_si256((const __m256i *)(p + k * 16));
         __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
         __m256 w1 = _mm256_castsi256_ps(_mm256_and_si256(v, himask));
@@ -85,35 +84,32 @@ static void tile_1x2(const MatmulArgs *a, int64_t n0, int64_t N) {
 }
 
 #define DEFINE_TILE(TT)                                                                            \
-    static void tile_##TT(const MatmulArgs *a, int t0, int64_t n0, int64_t N, const char *pf) {   \
-        tile(a, t0, n0, N, TT, pf);                                                                \
+    static void tile_##TT(const MatmulArgs *a, int t0, int64_t n0, int64_t N) {                    \
+        tile(a, t0, n0, N, TT);                                                                    \
     }
 DEFINE_TILE(1) DEFINE_TILE(2) DEFINE_TILE(3) DEFINE_TILE(4) DEFINE_TILE(5) DEFINE_TILE(6)
 #undef DEFINE_TILE
 
 void matmul_rows_packed_avx2(const MatmulArgs *a, int64_t n0, int64_t n1) {
-    typedef void (*TileFn)(const MatmulArgs *, int, int64_t, int64_t, const char *);
+    typedef void (*TileFn)(const MatmulArgs *, int, int64_t, int64_t);
     static const TileFn by_t[7] = {0, tile_1, tile_2, tile_3, tile_4, tile_5, tile_6};
     CHECK(n0 % 16 == 0, "packed matmul rows start at %lld, not a panel boundary", (long long)n0);
     const int64_t N = n1; /* columns past n1 are not written (n1 is a panel boundary or N) */
     int64_t n = n0;
     if (a->T == 1) {
         for (; n + 32 <= n1; n += 32) tile_1x2(a, n, N);
-        for (; n < n1; n += 16) tile_1(a, 0, n, N, NULL);
+        for (; n < n1; n += 16) tile_1(a, 0, n, N);
         return;
     }
     /* ceil(T / 6) tiles of as even sizes as possible (16 tokens: 6 + 5 + 5, not 6 + 6 + 4): the
-     * smaller tiles keep fewer accumulators busy per panel load. The first tile pulls the next
-     * panel into L2 while this one is computed, so that a panel comes from memory ahead of its
-     * use (then the other tiles re-read it from cache). Keeping a k block of the panel and of
-     * the tokens' rows in L1 (16 tokens x 256 k) measured no faster here. */
+     * smaller tiles keep fewer accumulators busy per panel load. (Prefetching the next panel
+     * while the first tile runs, and cutting k in blocks that stay in L1, both measured no
+     * faster here: the tiles run at the FMA rate with the weights streamed from memory.) */
     const int tiles = (a->T + 5) / 6, base = a->T / tiles, extra = a->T % tiles;
-    for (; n < n1; n += 16) {
-        const char *next = n + 16 < n1 ? (const char *)(a->wp + (n / 16 + 1) * a->K * 16) : NULL;
+    for (; n < n1; n += 16)
         for (int i = 0, t = 0; i < tiles; i++) {
             const int tt = base + (i < extra);
-            by_t[tt](a, t, n, N, i == 0 ? next : NULL);
+            by_t[tt](a, t, n, N);
             t += tt;
         }
-    }
 }
