@@ -1,6 +1,7 @@
 /* bench_cpu.c: `cvllm bench ops` - micro-benchmarks of the CPU backend on this machine:
  *   bw       read bandwidth: sum of a large f32 array with all threads (the decode roofline)
  *   matmul   bf16 matmul at T tokens on the qwen3-0.6b shapes: GB/s of weights, GFLOP/s
+ *   attention  decode attention alone (attention_cpu), batch 1 and 16, f32 and bf16 caches
  *   sampler  one token from a row of Qwen3's vocabulary size (vector and scalar passes)
  *   forward  a whole synthetic qwen3-0.6b (random bf16 weights in memory, tied lm_head):
  *            decode steps at batch sizes B over a context of C cached tokens -> tokens/s
@@ -351,6 +352,56 @@ static void bench_forward(int64_t bw_bytes, int threads, const int *batches, int
     free(blob);
 }
 
+/* ---------------------------------------------------------------- attention */
+
+/* Decode attention alone (attention_cpu) over Qwen3-0.6B's heads (16 q, 8 kv, head_dim 128), 28
+ * layers of a cache of B sequences x ctx cached tokens, f32 and bf16: median and best of reps. */
+static void bench_attention(ThreadPool *pool, int ctx) {
+    const int H = 16, KVH = 8, hd = 128, bs = 16, layers = 28, reps = 20;
+    static const int batches[2] = {1, 16};
+    printf("decode attention, qwen3-0.6b heads, 28 layers, context %d:\n", ctx);
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (int bi = 0; bi < 2; bi++) {
+            const int B = batches[bi], mbps = (ctx + bs) / bs, nblk = B * mbps;
+            const size_t es = bf16 ? 2 : 4, layer_elems = (size_t)nblk * bs * KVH * hd;
+            char *k = xmalloc(layer_elems * es * layers), *v = xmalloc(layer_elems * es * layers);
+            for (size_t i = 0; i < layer_elems * layers; i++) {
+                const float a = (float)(rnd32() >> 8) / 8388608.0f - 0.5f, c = (float)(rnd32() >> 8) / 8388608.0f - 0.5f;
+                if (bf16) ((uint16_t *)k)[i] = f32_to_bf16(a), ((uint16_t *)v)[i] = f32_to_bf16(c);
+                else ((float *)k)[i] = a, ((float *)v)[i] = c;
+            }
+            float *q = xmalloc((size_t)B * H * hd * sizeof(float)), *out = xmalloc((size_t)B * H * hd * sizeof(float));
+            float *scratch = xmalloc((size_t)threadpool_size(pool) * H * (ctx + bs) * sizeof(float));
+            for (int i = 0; i < B * H * hd; i++) q[i] = (float)(rnd32() >> 8) / 8388608.0f - 0.5f;
+            int32_t *pos = xmalloc(B * sizeof(int32_t)), *seq = xmalloc(B * sizeof(int32_t)),
+                    *tab = xmalloc((size_t)B * mbps * sizeof(int32_t));
+            for (int s = 0; s < B; s++) {
+                pos[s] = ctx - 1, seq[s] = s;
+                for (int i = 0; i < mbps; i++) tab[s * mbps + i] = i * B + s; /* blocks interleaved */
+            }
+            double *t = xmalloc(reps * sizeof(double));
+            for (int r = -1; r < reps; r++) {
+                const double t0 = now_seconds();
+                for (int l = 0; l < layers; l++) {
+                    AttentionArgs a = {.q = q, .out = out, .k_cache = k + l * layer_elems * es,
+                                       .v_cache = v + l * layer_elems * es, .kv_bf16 = bf16,
+                                       .num_tokens = B, .n_heads = H, .n_kv_heads = KVH,
+                                       .head_dim = hd, .block_size = bs, .scale = 0.0883883f,
+                                       .positions = pos, .token_seq = seq, .block_tables = tab,
+                                       .max_blocks_per_seq = mbps, .scratch = scratch,
+                                       .scratch_stride = (int64_t)H * (ctx + bs)};
+                    attention_cpu(pool, &a);
+                }
+                if (r >= 0) t[r] = now_seconds() - t0;
+            }
+            qsort(t, reps, sizeof(double), cmp_double);
+            const double bytes = 2.0 * B * ctx * KVH * hd * es * layers;
+            printf("  B=%-2d %-4s KV: %7.2f ms median, %7.2f ms best  (%.1f GB/s of K/V at the median)\n", B,
+                   bf16 ? "bf16" : "f32", t[reps / 2] * 1e3, t[0] * 1e3, bytes / t[reps / 2] / 1e9);
+            free(k), free(v), free(q), free(out), free(scratch), free(pos), free(seq), free(tab), free(t);
+        }
+}
+
 /* ---------------------------------------------------------------- sampler */
 
 /* One token sampled from a row of Qwen3's vocabulary size (temperature 0.6, as bench.py; and
@@ -393,7 +444,7 @@ static void bench_sampler(void) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: cvllm bench ops [bw|matmul|forward|sampler|all] [options]\n"
+            "usage: cvllm bench ops [bw|matmul|attention|forward|sampler|all] [options]\n"
             "  --threads N      threads (0 = all cores; default 0)\n"
             "  --isa NAME       scalar | avx2 | avx512 (default: best)\n"
             "  --bw-gb G        bandwidth array size in GB (default 1)\n"
@@ -454,7 +505,7 @@ int bench_cpu_ops(int argc, char **argv) {
     }
     int all = !strcmp(what, "all");
     if (!all && strcmp(what, "bw") && strcmp(what, "matmul") && strcmp(what, "forward") &&
-        strcmp(what, "sampler")) {
+        strcmp(what, "sampler") && strcmp(what, "attention")) {
         usage();
         return 2;
     }
@@ -474,6 +525,7 @@ int bench_cpu_ops(int argc, char **argv) {
                 for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
                     bench_matmul_shape(pool, shapes[s].name, shapes[s].N, shapes[s].K, T, 3, packed);
     }
+    if (all || !strcmp(what, "attention")) bench_attention(pool, ctx);
     threadpool_destroy(pool);
     if (all || !strcmp(what, "sampler")) bench_sampler();
     if (all || !strcmp(what, "forward"))
