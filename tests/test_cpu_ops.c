@@ -261,26 +261,34 @@ static void test_matmul_threads_identical(void **state) {
 
 static void test_rmsnorm(void **state) {
     (void)state;
-    static const int ns[] = {1, 7, 48, 1000};
-    for (size_t c = 0; c < sizeof ns / sizeof *ns; c++) {
-        int n = ns[c];
-        float *x = xmalloc(n * sizeof(float)), *w = xmalloc(n * sizeof(float)),
-              *y = xmalloc(n * sizeof(float));
-        for (int i = 0; i < n; i++) x[i] = 3.0f * frand(), w[i] = frand();
-        rmsnorm_cpu(y, x, w, n, 1e-6f);
-        double ss = 0;
-        for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
-        double r = 1.0 / sqrt(ss / n + 1e-6);
-        for (int i = 0; i < n; i++) {
-            double ref = x[i] * r * w[i];
-            assert_true(fabs(y[i] - ref) <= 2e-6 * (fabs(x[i] * r) + 1e-30));
+    static const int ns[] = {1, 7, 48, 128, 1000, 1024};
+    const CpuIsa saved = cpu_isa_get();
+    for (size_t i = 0; i < sizeof ALL_ISAS / sizeof *ALL_ISAS; i++) {
+        if (!isa_available(ALL_ISAS[i])) continue;
+        cpu_isa_set(ALL_ISAS[i]);
+        for (size_t c = 0; c < sizeof ns / sizeof *ns; c++) {
+            int n = ns[c];
+            float *x = xmalloc(n * sizeof(float)), *w = xmalloc(n * sizeof(float)),
+                  *y = xmalloc(n * sizeof(float));
+            for (int k = 0; k < n; k++) x[k] = 3.0f * frand(), w[k] = frand();
+            rmsnorm_cpu(y, x, w, n, 1e-6f);
+            double ss = 0;
+            for (int k = 0; k < n; k++) ss += (double)x[k] * x[k];
+            double r = 1.0 / sqrt(ss / n + 1e-6);
+            for (int k = 0; k < n; k++) {
+                double ref = x[k] * r * w[k];
+                if (!(fabs(y[k] - ref) <= 2e-6 * (fabs(x[k] * r) + 1e-30)))
+                    fail_msg("%s rmsnorm n=%d: y[%d] = %.9g, want %.9g", cpu_isa_name(ALL_ISAS[i]),
+                             n, k, y[k], ref);
+            }
+            rmsnorm_cpu(x, x, w, n, 1e-6f); /* in place */
+            assert_memory_equal(x, y, n * sizeof(float));
+            free(x);
+            free(w);
+            free(y);
         }
-        rmsnorm_cpu(x, x, w, n, 1e-6f); /* in place */
-        assert_memory_equal(x, y, n * sizeof(float));
-        free(x);
-        free(w);
-        free(y);
     }
+    cpu_isa_set(saved);
 }
 
 /* transformers' rope math written out in double: default, linear and llama3 */

@@ -319,6 +319,12 @@ void gate_up_silu_cpu(ThreadPool *pool, const float *x, int T, const Tensor *wg,
 /* ================================================================ small ops */
 
 void rmsnorm_cpu(float *y, const float *x, const float *w, int n, float eps) {
+#if defined(__x86_64__)
+    if (cpu_isa_get() >= CPU_ISA_AVX2) {
+        rmsnorm_avx2(y, x, w, n, eps);
+        return;
+    }
+#endif
     float ss = 0.0f;
     for (int i = 0; i < n; i++) ss += x[i] * x[i];
     const float r = 1.0f / sqrtf(ss / (float)n + eps);

@@ -29,6 +29,31 @@ float sum_f32_avx2(const float *x, int64_t n) {
     return s;
 }
 
+void rmsnorm_avx2(float *y, const float *x, const float *w, int n, float eps) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8),
+                     c = _mm256_loadu_ps(x + i + 16), d = _mm256_loadu_ps(x + i + 24);
+        s0 = _mm256_fmadd_ps(a, a, s0);
+        s1 = _mm256_fmadd_ps(b, b, s1);
+        s2 = _mm256_fmadd_ps(c, c, s2);
+        s3 = _mm256_fmadd_ps(d, d, s3);
+    }
+    for (; i + 8 <= n; i += 8) {
+        const __m256 a = _mm256_loadu_ps(x + i);
+        s0 = _mm256_fmadd_ps(a, a, s0);
+    }
+    float ss = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) ss += x[i] * x[i];
+    const float r = 1.0f / sqrtf(ss / (float)n + eps);
+    const __m256 rv = _mm256_set1_ps(r);
+    for (i = 0; i + 8 <= n; i += 8) /* (x * r) * w, as the scalar loop */
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), rv),
+                                              _mm256_loadu_ps(w + i)));
+    for (; i < n; i++) y[i] = (x[i] * r) * w[i];
+}
+
 /* q.k over one key row, four accumulators */
 static inline float dot_row(const float *q, const float *k, int hd) {
     const int hd32 = hd & ~31, hd8 = hd & ~7;
