@@ -303,8 +303,6 @@ static void test_edge_values(void **state) {
 }
 
 #if defined(__x86_64__)
-double sampler_weights_avx2(const float *x, float *w, int n, float m, float inv_t);
-int32_t sampler_argmax_avx2(const float *x, int n);
 /* The vector weights directly: exp within 2 ulp of expf, exactly 0 for NaN, -inf and arguments
  * below -87, the sum of what it wrote. */
 static void test_avx2_weights(void **state) {

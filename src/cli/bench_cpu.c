@@ -320,7 +320,7 @@ static void bench_forward(int64_t bw_bytes, int threads, const int *batches, int
     qsort(bws, n, sizeof(double), cmp_double);
     const double bw = bws[n / 2], bw_best = bws[n - 1];
     printf("bandwidth, one %.2f GB read before each round: median %.1f GB/s, p10-p90 %.1f .. %.1f, "
-           "best %.1f\n", bw_bytes / 1e9, bw, bws[n / 10], bws[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1], bw_best);
+           "best %.1f\n", bw_bytes / 1e9, bw, bws[n / 10], bws[(n * 9) / 10], bw_best);
     for (int i = 0; i < nb; i++) {
         int B = batches[i];
         double *t = times + i * n;
@@ -336,7 +336,7 @@ static void bench_forward(int64_t bw_bytes, int threads, const int *batches, int
                    100.0 * tps / (bw * 1e9 / step_bytes), bw * 1e9 / step_bytes,
                    100.0 * tps / (bw_best * 1e9 / step_bytes), bw_best * 1e9 / step_bytes);
         if (B > 1 && tok1 > 0) printf("  (%.2fx batch 1)", tps / tok1);
-        printf("  [median of %d steps; p10-p90 %.1f .. %.1f tok/s]\n", n, B / t[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1],
+        printf("  [median of %d steps; p10-p90 %.1f .. %.1f tok/s]\n", n, B / t[(n * 9) / 10],
                B / t[n / 10]);
     }
     free(times);

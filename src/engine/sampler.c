@@ -22,13 +22,6 @@
 #include "backend/cpu/ops.h"
 #include "common.h"
 
-#if defined(__x86_64__)
-int32_t sampler_argmax_avx2(const float *x, int n);                              /* sampler_avx2.c */
-double sampler_weights_avx2(const float *x, float *w, int n, float m, float inv_t);
-#define HAVE_AVX2_SAMPLER() (cpu_isa_get() >= CPU_ISA_AVX2)
-#else
-#define HAVE_AVX2_SAMPLER() 0
-#endif
 
 size_t sampler_scratch_bytes(int vocab) { return (size_t)vocab * (sizeof(float) + sizeof(int)); }
 
@@ -37,7 +30,7 @@ size_t sampler_scratch_bytes(int vocab) { return (size_t)vocab * (sizeof(float) 
 
 static int32_t argmax(const float *x, int n) {
 #if defined(__x86_64__)
-    if (HAVE_AVX2_SAMPLER()) return sampler_argmax_avx2(x, n);
+    if (cpu_isa_get() >= CPU_ISA_AVX2) return sampler_argmax_avx2(x, n);
 #endif
     int best = -1;
     for (int i = 0; i < n; i++) /* strict: the lowest id wins ties; NaNs never win */
@@ -123,7 +116,7 @@ int32_t sampler_sample(float *logits, int vocab, const SamplingParams *p, Sequen
     float inv_t = 1.0f / p->temperature;
     double total = 0.0;
 #if defined(__x86_64__)
-    if (HAVE_AVX2_SAMPLER()) total = sampler_weights_avx2(logits, w, vocab, m, inv_t);
+    if (cpu_isa_get() >= CPU_ISA_AVX2) total = sampler_weights_avx2(logits, w, vocab, m, inv_t);
     else
 #endif
         for (int i = 0; i < vocab; i++) {

@@ -15,4 +15,13 @@ int32_t sampler_sample(float *logits, int vocab, const SamplingParams *p, Sequen
 /* Bytes sampler_sample needs as scratch for a vocabulary. */
 size_t sampler_scratch_bytes(int vocab);
 
+#if defined(__x86_64__)
+/* The vocabulary-wide passes with AVX2 (sampler_avx2.c; sampler_sample uses them when the CPU
+ * backend's ISA is AVX2 or better): the lowest id of the largest value, NaNs never winning
+ * (all NaN: 0); and w[i] = exp((x[i] - m) * inv_t), exactly 0 for NaN and for arguments below
+ * -87, returning the sum of w. */
+int32_t sampler_argmax_avx2(const float *x, int n);
+double sampler_weights_avx2(const float *x, float *w, int n, float m, float inv_t);
+#endif
+
 #endif

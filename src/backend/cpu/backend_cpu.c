@@ -324,15 +324,10 @@ static int64_t cpu_available_kv_bytes(Backend *b) {
     return kb * 1024 / 2;
 }
 
-typedef struct {
-    char *p;
-    size_t bytes;
-} PrefaultJob;
-
+/* zeroes the task-th 2 MB of the memory at ctx */
 static void prefault_job(void *ctx, int64_t task, int thread) {
     (void)thread;
-    PrefaultJob *j = ctx;
-    memset(j->p + ((size_t)task << 21), 0, (size_t)1 << 21); /* bytes is a multiple of 2 MB */
+    memset((char *)ctx + ((size_t)task << 21), 0, (size_t)1 << 21);
 }
 
 static int cpu_init_kv_cache(Backend *b, const KVCacheSpec *spec) {
@@ -354,10 +349,8 @@ static int cpu_init_kv_cache(Backend *b, const KVCacheSpec *spec) {
     if (!p)
         return cvllm_errorf(CVLLM_ENOMEM, "cpu backend: cannot allocate a KV cache of %zu bytes",
                             n * esize);
-    if (spec->prefault) { /* every thread zeroes its share, 2 MB at a time */
-        PrefaultJob j = {p, bytes};
-        threadpool_run(c->pool, prefault_job, &j, (int64_t)(bytes >> 21));
-    }
+    if (spec->prefault) /* every thread zeroes its share, 2 MB at a time (bytes: a multiple) */
+        threadpool_run(c->pool, prefault_job, p, (int64_t)(bytes >> 21));
     c->kv = p;
     c->kv_bf16 = spec->dtype == DTYPE_BF16;
     c->kv_map_bytes = bytes;
@@ -436,7 +429,7 @@ typedef struct {
     CpuBackend *c;
     float *x;           /* [T, H] residual rows of the slice */
     const float *add;   /* [T, H] added to x first, or NULL */
-    const float *norm;  /* rmsnorm weight: h = rmsnorm(x) * norm */
+    const float *norm;  /* rmsnorm weight: h = rmsnorm(x) * norm; NULL: no norm */
 } ResidualNormJob;
 
 static void residual_norm_job(void *ctx, int64_t t, int thread) {
@@ -448,10 +441,10 @@ static void residual_norm_job(void *ctx, int64_t t, int thread) {
         const float *y = j->add + t * H;
         for (int i = 0; i < H; i++) x[i] += y[i];
     }
-    rmsnorm_cpu(j->c->h + t * H, x, j->norm, H, j->c->cfg.rms_norm_eps);
+    if (j->norm) rmsnorm_cpu(j->c->h + t * H, x, j->norm, H, j->c->cfg.rms_norm_eps);
 }
 
-/* x += add (if add); h = rmsnorm(x) * norm, over the slice's T tokens */
+/* x += add (if add); h = rmsnorm(x) * norm (if norm), over the slice's T tokens */
 static void residual_norm(CpuBackend *c, float *x, const float *add, const float *norm, int T) {
     ResidualNormJob j = {c, x, add, norm};
     threadpool_run(c->pool, residual_norm_job, &j, T);
@@ -539,10 +532,8 @@ static void layer_forward(CpuBackend *c, int l, const StepInputs *in, int t0, in
     MatmulPart down = {&lw->down_proj, NULL, c->tmp, H, p->pdown};
     matmul_cpu(c->pool, c->g, c->inter, T, &down, 1, c->xp);
     prof_mark(c, PROF_DOWN);
-    /* x += tmp, then the next layer's input norm: one pass (residual_norm) */
-    const float *next_norm = l + 1 < c->layers ? c->lp[l + 1].in_norm : NULL;
-    if (next_norm) residual_norm(c, x, c->tmp, next_norm, T);
-    else for (int64_t i = 0; i < (int64_t)T * H; i++) x[i] += c->tmp[i];
+    /* x += tmp, then (but after the last layer) the next layer's input norm, in one pass */
+    residual_norm(c, x, c->tmp, l + 1 < c->layers ? c->lp[l + 1].in_norm : NULL, T);
     prof_mark(c, PROF_NORMS);
 }
 

@@ -179,8 +179,9 @@ void *cpu_alloc_huge(size_t bytes, size_t *mapped) {
     char *raw = mmap(NULL, len + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) return NULL;
     char *p = (char *)(((uintptr_t)raw + huge - 1) & ~(uintptr_t)(huge - 1));
-    if (p > raw) munmap(raw, (size_t)(p - raw));
-    if (p + len < raw + len + huge) munmap(p + len, (size_t)(raw + len + huge - (p + len)));
+    const size_t head = (size_t)(p - raw); /* < huge, so the tail below is never empty */
+    if (head) munmap(raw, head);
+    munmap(p + len, huge - head);
 #ifdef MADV_HUGEPAGE
     madvise(p, len, MADV_HUGEPAGE); /* a hint: without it only speed is lost */
 #endif

@@ -1,6 +1,6 @@
-/* ops_avx2.c: the AVX2 + FMA attention (one token's query heads of one kv head) and the sum
- * the bandwidth benchmark uses. Same contracts as the reference code in ops.c; the summation
- * order differs (8 lanes, 4 accumulators). */
+/* ops_avx2.c: the AVX2 + FMA attention (one token's query heads of a range of kv heads), RMSNorm,
+ * exp / silu, and the sum the bandwidth benchmark uses. Same contracts as the reference code in
+ * ops.c; sums run in another order (8 lanes, several accumulators), the same for every token. */
 #include <immintrin.h>
 #include <math.h>
 
@@ -54,50 +54,11 @@ void rmsnorm_avx2(float *y, const float *x, const float *w, int n, float eps) {
     for (; i < n; i++) y[i] = (x[i] * r) * w[i];
 }
 
-/* q.k over one key row, four accumulators */
-static inline float dot_row(const float *q, const float *k, int hd) {
-    const int hd32 = hd & ~31, hd8 = hd & ~7;
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    int i = 0;
-    for (; i < hd32; i += 32) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(k + i + 8), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 16), _mm256_loadu_ps(k + i + 16), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 24), _mm256_loadu_ps(k + i + 24), s3);
-    }
-    for (; i < hd8; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), s0);
-    float s = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < hd; i++) s += q[i] * k[i];
-    return s;
-}
-
 /* 8 cache elements at p as f32: f32 loaded, bf16 widened (a shift of the zero-extended halves). */
 static inline __m256 load8_kv(const void *p, int bf16) {
     if (!bf16) return _mm256_loadu_ps((const float *)p);
     __m128i h = _mm_loadu_si128((const __m128i *)p);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-/* q.k over one key row (f32 or bf16), four accumulators */
-static inline float dot_row_kv(const float *q, const void *k, int bf16, int hd) {
-    if (!bf16) return dot_row(q, k, hd);
-    const uint16_t *kb = k;
-    const int hd32 = hd & ~31, hd8 = hd & ~7;
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-    int i = 0;
-    for (; i < hd32; i += 32) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8_kv(kb + i, 1), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load8_kv(kb + i + 8, 1), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 16), load8_kv(kb + i + 16, 1), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 24), load8_kv(kb + i + 24, 1), s3);
-    }
-    for (; i < hd8; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8_kv(kb + i, 1), s0);
-    float s = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < hd; i++) {
-        union { uint32_t u; float f; } v = {.u = (uint32_t)kb[i] << 16};
-        s += q[i] * v.f;
-    }
-    return s;
 }
 
 /* Paged attention of one token for the query heads of kv heads kh0 .. kh1 (same contract as
