@@ -7,7 +7,16 @@
  * whatever T, the tile or the thread's panel range, so results are batch invariant.
  *   T == 1 (batch-1 decode, memory-bound): two panels at a time (4 FMA chains, 2 streams).
  *   T > 1: tiles of up to 6 tokens x 1 panel (12 accumulators); the panel (K * 32 bytes) stays
- *   in L1/L2 while the token tiles walk it. */
+ *   in L1/L2 while the token tiles walk it. The tiles read x interleaved ([K][tile] per tile,
+ *   matmul_interleave_x_avx2), so that one pointer walks all of a tile's broadcasts.
+ *
+ * The T > 1 inner loop is inline assembly. Per k it is 1 load, 2 integer ops, TT broadcasts and
+ * 2*TT FMAs; what GCC and clang made of the same loop in intrinsics added 7 address and loop
+ * instructions per k (separate pointers per token, spills of the base pointers), or reordered the
+ * FMAs into the 132 form. On this project's 2-core Zen 3 VM the cores are shared with another
+ * thread of the host, which takes front-end slots: the loop then ran at 64-70% of the FMA peak,
+ * and at 85-97% with the extra instructions gone (/tmp harness, 6-token tile, K = 1024, same
+ * inputs, interleaved repetitions). Quiet, both reach the peak. */
 #include <immintrin.h>
 
 #include "backend/cpu/ops.h"
@@ -32,36 +41,22 @@ INLINE void store_row(const MatmulArgs *a, int t, int64_t n0, int64_t N, __m256 
     for (int64_t i = 0; i < nvalid; i++) y[i] = a->bias ? tmp[i] + a->bias[n0 + i] : tmp[i];
 }
 
-/* TT tokens (t0 ..) x the panel starting at row n0. The accumulators are named variables, not an
- * array: with an array GCC stores all twelve to the stack on every iteration of the k loop. */
-#define TILE_ACC(t)                                                                                \
-    const float *x##t = a->x + (int64_t)(t0 + (TT > t ? t : 0)) * a->ldx;                          \
-    __m256 c##t##0 = _mm256_setzero_ps(), c##t##1 = _mm256_setzero_ps();
-#define TILE_FMA(t)                                                                                \
-    if (TT > t) {                                                                                  \
-        __m256 xv = _mm256_broadcast_ss(x##t + k);                                                 \
-        c##t##0 = _mm256_fmadd_ps(xv, w0, c##t##0);                                                \
-        c##t##1 = _mm256_fmadd_ps(xv, w1, c##t##1);                                                \
-    }
-#define TILE_STORE(t)                                                                              \
-    if (TT > t) store_row(a, t0 + t, n0, N, c##t##0, c##t##1);
+/* ---------------------------------------------------------------- T == 1 */
 
-INLINE void tile(const MatmulArgs *a, int t0, int64_t n0, int64_t N, const int TT) {
+/* One token x one panel (the last odd panel of a T == 1 range). */
+static void tile_1x1(const MatmulArgs *a, int64_t n0, int64_t N) {
     const int64_t K = a->K;
     const uint16_t *p = a->wp + (n0 / 16) * K * 16;
     const __m256i himask = _mm256_set1_epi32((int)0xffff0000u);
-    TILE_ACC(0) TILE_ACC(1) TILE_ACC(2) TILE_ACC(3) TILE_ACC(4) TILE_ACC(5)
+    __m256 c0 = _mm256_setzero_ps(), c1 = c0;
     for (int64_t k = 0; k < K; k++) {
+        __m256 xv = _mm256_broadcast_ss(a->x + k);
         __m256i v = _mm256_load_si256((const __m256i *)(p + k * 16));
-        __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-        __m256 w1 = _mm256_castsi256_ps(_mm256_and_si256(v, himask));
-        TILE_FMA(0) TILE_FMA(1) TILE_FMA(2) TILE_FMA(3) TILE_FMA(4) TILE_FMA(5)
+        c0 = _mm256_fmadd_ps(xv, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), c0);
+        c1 = _mm256_fmadd_ps(xv, _mm256_castsi256_ps(_mm256_and_si256(v, himask)), c1);
     }
-    TILE_STORE(0) TILE_STORE(1) TILE_STORE(2) TILE_STORE(3) TILE_STORE(4) TILE_STORE(5)
+    store_row(a, 0, n0, N, c0, c1);
 }
-#undef TILE_ACC
-#undef TILE_FMA
-#undef TILE_STORE
 
 /* One token x two panels (n0, n0 + 16): four independent chains, two streams. */
 static void tile_1x2(const MatmulArgs *a, int64_t n0, int64_t N) {
@@ -83,33 +78,119 @@ static void tile_1x2(const MatmulArgs *a, int64_t n0, int64_t N) {
     store_row(a, 0, n0 + 16, N, q0, q1);
 }
 
+/* ---------------------------------------------------------------- T > 1: token tiles */
+
+int matmul_packed_tile(int T, int i, int *t0) {
+    /* ceil(T / 6) tiles of as even sizes as possible (16 tokens: 6 + 5 + 5, not 6 + 6 + 4): the
+     * smaller tiles keep fewer accumulators busy per panel load. */
+    const int tiles = (T + 5) / 6, base = T / tiles, extra = T % tiles;
+    *t0 = i * base + (i < extra ? i : extra);
+    return base + (i < extra);
+}
+
+void matmul_interleave_x_avx2(const float *x, int64_t ldx, int T, int64_t K, float *xi) {
+    const int tiles = (T + 5) / 6;
+    for (int i = 0; i < tiles; i++) {
+        int t0;
+        const int tt = matmul_packed_tile(T, i, &t0);
+        float *dst = xi + (int64_t)t0 * K;
+        for (int t = 0; t < tt; t++) {
+            const float *src = x + (int64_t)(t0 + t) * ldx;
+            for (int64_t k = 0; k < K; k++) dst[k * tt + t] = src[k];
+        }
+    }
+}
+
+/* One k of a TT-token tile, in assembly: J is the k within the unrolled pair. ymm12 / ymm13 =
+ * the panel's rows 0-7 / 8-15 as f32, ymm14 the broadcast x[t][k]; c<t>0 / c<t>1 accumulate
+ * token t. The FMAs are written acc += x * w, each accumulator a register of its own. */
+#define ASM_W(J)                                                                                   \
+    "vmovdqa " #J "*32(%[p]), %%ymm12\n\t"                                                       \
+    "vpand %%ymm12, %[m], %%ymm13\n\t"                                                           \
+    "vpslld $16, %%ymm12, %%ymm12\n\t"
+#define ASM_T(J, TT, t)                                                                            \
+    "vbroadcastss " #J "*" #TT "*4+" #t "*4(%[x]), %%ymm14\n\t"                                     \
+    "vfmadd231ps %%ymm12, %%ymm14, %[c" #t "0]\n\t"                                              \
+    "vfmadd231ps %%ymm13, %%ymm14, %[c" #t "1]\n\t"
+#define ASM_TOKS_1(J, TT) ASM_T(J, TT, 0)
+#define ASM_TOKS_2(J, TT) ASM_TOKS_1(J, TT) ASM_T(J, TT, 1)
+#define ASM_TOKS_3(J, TT) ASM_TOKS_2(J, TT) ASM_T(J, TT, 2)
+#define ASM_TOKS_4(J, TT) ASM_TOKS_3(J, TT) ASM_T(J, TT, 3)
+#define ASM_TOKS_5(J, TT) ASM_TOKS_4(J, TT) ASM_T(J, TT, 4)
+#define ASM_TOKS_6(J, TT) ASM_TOKS_5(J, TT) ASM_T(J, TT, 5)
+#define ASM_STEP(J, TT) ASM_W(J) ASM_TOKS_##TT(J, TT)
+
+/* The last k when K is odd, in intrinsics (the same operation as the assembly's FMAs). */
+#define TAIL_T(t)                                                                                  \
+    if (ntok > t) {                                                                                  \
+        __m256 xv = _mm256_broadcast_ss(x + t);                                                    \
+        c##t##0 = _mm256_fmadd_ps(xv, w0, c##t##0);                                                \
+        c##t##1 = _mm256_fmadd_ps(xv, w1, c##t##1);                                                \
+    }
+#define STORE_T(t)                                                                                 \
+    if (ntok > t) store_row(a, t0 + t, n0, N, c##t##0, c##t##1);
+
+/* TT tokens (t0 ..; xi = their interleaved [K][TT] block) x the panel starting at row n0. */
 #define DEFINE_TILE(TT)                                                                            \
-    static void tile_##TT(const MatmulArgs *a, int t0, int64_t n0, int64_t N) {                    \
-        tile(a, t0, n0, N, TT);                                                                    \
+    static void tile_##TT(const MatmulArgs *a, const float *xi, int t0, int64_t n0, int64_t N) {   \
+        const int ntok = TT;                                                                       \
+        const int64_t K = a->K, K2 = K & ~(int64_t)1;                                             \
+        const uint16_t *p = a->wp + (n0 / 16) * K * 16;                                            \
+        const float *x = xi;                                                                       \
+        const __m256i himask = _mm256_set1_epi32((int)0xffff0000u);                                \
+        __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;   \
+        __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;                   \
+        if (K2) {                                                                                  \
+            const uint16_t *pe = p + K2 * 16;                                                      \
+            __asm__("1:\n\t" ASM_STEP(0, TT) ASM_STEP(1, TT)                                      \
+                    "add $64, %[p]\n\t"                                                            \
+                    "add $" #TT "*8, %[x]\n\t"                                                     \
+                    "cmp %[pe], %[p]\n\t"                                                          \
+                    "jb 1b\n\t"                                                                    \
+                    : [c00] "+x"(c00), [c01] "+x"(c01), [c10] "+x"(c10), [c11] "+x"(c11),          \
+                      [c20] "+x"(c20), [c21] "+x"(c21), [c30] "+x"(c30), [c31] "+x"(c31),          \
+                      [c40] "+x"(c40), [c41] "+x"(c41), [c50] "+x"(c50), [c51] "+x"(c51),          \
+                      [p] "+r"(p), [x] "+r"(x)                                                     \
+                    : [pe] "r"(pe), [m] "x"(himask)                                                \
+                    : "xmm12", "xmm13", "xmm14", "cc", "memory");                                  \
+        }                                                                                          \
+        if (K & 1) {                                                                               \
+            __m256i v = _mm256_load_si256((const __m256i *)p);                                     \
+            __m256 w0 = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));                             \
+            __m256 w1 = _mm256_castsi256_ps(_mm256_and_si256(v, himask));                          \
+            TAIL_T(0) TAIL_T(1) TAIL_T(2) TAIL_T(3) TAIL_T(4) TAIL_T(5)                            \
+        }                                                                                          \
+        STORE_T(0) STORE_T(1) STORE_T(2) STORE_T(3) STORE_T(4) STORE_T(5)                          \
     }
 DEFINE_TILE(1) DEFINE_TILE(2) DEFINE_TILE(3) DEFINE_TILE(4) DEFINE_TILE(5) DEFINE_TILE(6)
 #undef DEFINE_TILE
 
 void matmul_rows_packed_avx2(const MatmulArgs *a, int64_t n0, int64_t n1) {
-    typedef void (*TileFn)(const MatmulArgs *, int, int64_t, int64_t);
+    typedef void (*TileFn)(const MatmulArgs *, const float *, int, int64_t, int64_t);
     static const TileFn by_t[7] = {0, tile_1, tile_2, tile_3, tile_4, tile_5, tile_6};
     CHECK(n0 % 16 == 0, "packed matmul rows start at %lld, not a panel boundary", (long long)n0);
     const int64_t N = n1; /* columns past n1 are not written (n1 is a panel boundary or N) */
     int64_t n = n0;
     if (a->T == 1) {
         for (; n + 32 <= n1; n += 32) tile_1x2(a, n, N);
-        for (; n < n1; n += 16) tile_1(a, 0, n, N);
+        for (; n < n1; n += 16) tile_1x1(a, n, N);
         return;
     }
-    /* ceil(T / 6) tiles of as even sizes as possible (16 tokens: 6 + 5 + 5, not 6 + 6 + 4): the
-     * smaller tiles keep fewer accumulators busy per panel load. (Prefetching the next panel
-     * while the first tile runs, and cutting k in blocks that stay in L1, both measured no
-     * faster here: the tiles run at the FMA rate with the weights streamed from memory.) */
-    const int tiles = (a->T + 5) / 6, base = a->T / tiles, extra = a->T % tiles;
+    /* (Prefetching the next panel while the first tile runs, and cutting k in blocks that stay
+     * in L1, both measured no faster here.) */
+    const float *xi = a->xi;
+    float *own = NULL;
+    if (!xi) { /* no interleaved copy provided (tests, one-off calls): make one */
+        own = xmalloc((size_t)a->T * (size_t)a->K * sizeof(float));
+        matmul_interleave_x_avx2(a->x, a->ldx, a->T, a->K, own);
+        xi = own;
+    }
+    const int tiles = (a->T + 5) / 6;
     for (; n < n1; n += 16)
-        for (int i = 0, t = 0; i < tiles; i++) {
-            const int tt = base + (i < extra);
-            by_t[tt](a, t, n, N);
-            t += tt;
+        for (int i = 0; i < tiles; i++) {
+            int t0;
+            const int tt = matmul_packed_tile(a->T, i, &t0);
+            by_t[tt](a, xi + (int64_t)t0 * a->K, t0, n, N);
         }
+    free(own);
 }

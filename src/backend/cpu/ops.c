@@ -214,7 +214,7 @@ static int64_t matmul_chunk_rows(int64_t N, int nth, int packed) {
 
 typedef struct {
     CpuIsa isa;
-    const float *x, *xp;
+    const float *x, *xp, *xi;
     int64_t ldx;
     int T;
     const MatmulPart *parts;
@@ -232,20 +232,28 @@ static void matmul_job(void *ctx, int64_t c, int thread) {
     int64_t n1 = n0 + j->chunk < pt->w->rows ? n0 + j->chunk : pt->w->rows;
     MatmulArgs a = {.x = j->x, .ldx = j->ldx, .T = j->T, .w = pt->w->data, .wdt = pt->w->dtype,
                     .K = pt->w->cols, .bias = pt->bias, .y = pt->y, .ldy = pt->ldy, .xp = j->xp,
-                    .wp = pt->wp};
+                    .wp = pt->wp, .xi = j->xi};
     matmul_rows(j->isa, &a, n0, n1);
 }
 
-/* The AVX2 bf16 kernels read x permuted: do it once here for all threads when given a buffer. */
-static const float *prepare_xp(CpuIsa isa, const float *x, int64_t ldx, int T, int64_t K,
-                               int any_bf16, float *xp_buf) {
+/* The AVX2 bf16 kernels read x rearranged: the row-major ones permuted (xp), the packed ones
+ * interleaved per token tile when T > 1 (xi). Made once here for all threads into xp_buf; with
+ * no buffer, or when a call has both kinds of weights, the kernels make their own copies. */
+static void prepare_x(CpuIsa isa, const float *x, int64_t ldx, int T, int64_t K, int rowmajor_bf16,
+                      int packed, float *xp_buf, const float **xp, const float **xi) {
+    *xp = *xi = NULL;
 #if defined(__x86_64__)
-    if (isa == CPU_ISA_AVX2 && any_bf16 && xp_buf) {
+    if (isa != CPU_ISA_AVX2 || !xp_buf || (rowmajor_bf16 && packed)) return;
+    if (rowmajor_bf16) {
         matmul_permute_x_avx2(x, ldx, T, K, xp_buf);
-        return xp_buf;
+        *xp = xp_buf;
+    } else if (packed && T > 1) {
+        matmul_interleave_x_avx2(x, ldx, T, K, xp_buf);
+        *xi = xp_buf;
     }
+#else
+    (void)x, (void)ldx, (void)T, (void)K, (void)rowmajor_bf16, (void)packed, (void)xp_buf;
 #endif
-    return NULL;
 }
 
 void matmul_cpu(ThreadPool *pool, const float *x, int64_t ldx, int T, const MatmulPart *parts,
@@ -259,11 +267,13 @@ void matmul_cpu(ThreadPool *pool, const float *x, int64_t ldx, int T, const Matm
               (long long)parts[p].w->cols, (long long)parts[0].w->cols);
         if (parts[p].w->rows > maxN) maxN = parts[p].w->rows;
     }
-    int any_bf16 = 0; /* row-major bf16 parts read x permuted; packed ones read it as it is */
-    for (int p = 0; p < num_parts; p++) any_bf16 |= parts[p].w->dtype == DTYPE_BF16 && !parts[p].wp;
-    j.xp = prepare_xp(j.isa, x, ldx, T, parts[0].w->cols, any_bf16, xp_buf);
-    int all_packed = 1;
-    for (int p = 0; p < num_parts; p++) all_packed &= parts[p].wp != NULL;
+    int rowmajor_bf16 = 0, any_packed = 0, all_packed = 1;
+    for (int p = 0; p < num_parts; p++) {
+        rowmajor_bf16 |= parts[p].w->dtype == DTYPE_BF16 && !parts[p].wp;
+        any_packed |= parts[p].wp != NULL;
+        all_packed &= parts[p].wp != NULL;
+    }
+    prepare_x(j.isa, x, ldx, T, parts[0].w->cols, rowmajor_bf16, any_packed, xp_buf, &j.xp, &j.xi);
     j.chunk = matmul_chunk_rows(maxN, threadpool_size(pool), all_packed && j.isa == CPU_ISA_AVX2);
     j.part_chunks[0] = 0;
     for (int p = 0; p < num_parts; p++)
@@ -273,7 +283,7 @@ void matmul_cpu(ThreadPool *pool, const float *x, int64_t ldx, int T, const Matm
 
 typedef struct {
     CpuIsa isa;
-    const float *x, *xp;
+    const float *x, *xp, *xi;
     int T;
     const Tensor *wg, *wu;
     const uint16_t *wgp, *wup;
@@ -286,7 +296,7 @@ static void gate_up_job(void *ctx, int64_t c, int thread) {
     const int64_t I = j->wg->rows, K = j->wg->cols;
     int64_t n0 = c * j->chunk, n1 = n0 + j->chunk < I ? n0 + j->chunk : I;
     MatmulArgs a = {.x = j->x, .ldx = K, .T = j->T, .w = j->wg->data, .wdt = j->wg->dtype, .K = K,
-                    .y = j->g, .ldy = I, .xp = j->xp, .wp = j->wgp};
+                    .y = j->g, .ldy = I, .xp = j->xp, .wp = j->wgp, .xi = j->xi};
     matmul_rows(j->isa, &a, n0, n1);
     a.w = j->wu->data;
     a.wdt = j->wu->dtype;
@@ -310,8 +320,9 @@ void gate_up_silu_cpu(ThreadPool *pool, const float *x, int T, const Tensor *wg,
           (long long)wg->rows, (long long)wg->cols, (long long)wu->rows, (long long)wu->cols);
     GateUpJob j = {.isa = cpu_isa_get(), .x = x, .T = T, .wg = wg, .wu = wu, .wgp = wgp,
                    .wup = wup, .g = g, .u = u};
-    j.xp = prepare_xp(j.isa, x, wg->cols, T, wg->cols,
-                      (wg->dtype == DTYPE_BF16 && !wgp) || (wu->dtype == DTYPE_BF16 && !wup), xp_buf);
+    prepare_x(j.isa, x, wg->cols, T, wg->cols,
+              (wg->dtype == DTYPE_BF16 && !wgp) || (wu->dtype == DTYPE_BF16 && !wup),
+              wgp || wup, xp_buf, &j.xp, &j.xi);
     j.chunk = matmul_chunk_rows(wg->rows, threadpool_size(pool), wgp && wup && j.isa == CPU_ISA_AVX2);
     j.num_chunks = (wg->rows + j.chunk - 1) / j.chunk;
     threadpool_run(pool, gate_up_job, &j, j.num_chunks);

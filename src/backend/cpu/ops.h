@@ -55,6 +55,8 @@ typedef struct {
     const float *xp; /* AVX2 + bf16 only: x permuted by matmul_permute_x_avx2 ([T, K]), or NULL
                       * to let the kernel make the copy itself */
     const uint16_t *wp; /* AVX2 + bf16 only: W packed by matmul_pack_bf16, or NULL */
+    const float *xi;    /* packed kernel, T > 1: x interleaved by matmul_interleave_x_avx2, or
+                         * NULL to let the kernel make the copy itself */
 } MatmulArgs;
 
 void matmul_rows_scalar(const MatmulArgs *a, int64_t n0, int64_t n1);
@@ -88,6 +90,11 @@ void *cpu_alloc_huge(size_t bytes, size_t *mapped);
 void cpu_free_huge(void *p, size_t mapped);
 /* n0 must be a multiple of 16 (panel boundary); n1 a multiple of 16 or N. */
 void matmul_rows_packed_avx2(const MatmulArgs *a, int64_t n0, int64_t n1); /* matmul_packed_avx2.c */
+/* The packed kernel's token tiles for T > 1: ceil(T / 6) tiles of as even sizes as possible, in
+ * token order. Tile i starts at token *t0; returns its size. */
+int matmul_packed_tile(int T, int i, int *t0);
+/* xi[T * K]: for each tile (t0, tt), x rows t0 .. t0+tt-1 stored [K][tt] at xi + t0 * K. */
+void matmul_interleave_x_avx2(const float *x, int64_t ldx, int T, int64_t K, float *xi);
 
 /* y[T, N] = x[T, K] @ W^T (+ bias): one job over up to CPU_MATMUL_MAX_PARTS weight matrices that
  * share x (q/k/v), rows split over the pool's threads. xp_buf: T*K floats of scratch for the
