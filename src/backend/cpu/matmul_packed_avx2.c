@@ -131,8 +131,14 @@ void matmul_interleave_x_avx2(const float *x, int64_t ldx, int T, int64_t K, flo
     if (ntok > t) store_row(a, t0 + t, n0, N, c##t##0, c##t##1);
 
 /* TT tokens (t0 ..; xi = their interleaved [K][TT] block) x the panel starting at row n0. */
-#define DEFINE_TILE(TT)                                                                            \
-    static void tile_##TT(const MatmulArgs *a, const float *xi, int t0, int64_t n0, int64_t N) {   \
+/* PF: the first tile of a panel brings the panel in from memory; it prefetches 2 KB (64 k) ahead
+ * in it, one line per iteration. Measured on 2 threads, T = 16, weights streamed: +3-10% at
+ * K = 1024, +0-3% at K = 3072 (512 and 1024 bytes ahead gave less). The other tiles find the panel
+ * in L1/L2. */
+#define ASM_PF_0 ""
+#define ASM_PF_1 "prefetcht0 2048(%[p])\n\t"
+#define DEFINE_TILE(TT, PF, NAME)                                                                  \
+    static void NAME(const MatmulArgs *a, const float *xi, int t0, int64_t n0, int64_t N) {   \
         const int ntok = TT;                                                                       \
         const int64_t K = a->K, K2 = K & ~(int64_t)1;                                             \
         const uint16_t *p = a->wp + (n0 / 16) * K * 16;                                            \
@@ -142,7 +148,7 @@ void matmul_interleave_x_avx2(const float *x, int64_t ldx, int T, int64_t K, flo
         __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;                   \
         if (K2) {                                                                                  \
             const uint16_t *pe = p + K2 * 16;                                                      \
-            __asm__("1:\n\t" ASM_STEP(0, TT) ASM_STEP(1, TT)                                      \
+            __asm__("1:\n\t" ASM_STEP(0, TT) ASM_STEP(1, TT) ASM_PF_##PF                         \
                     "add $64, %[p]\n\t"                                                            \
                     "add $" #TT "*8, %[x]\n\t"                                                     \
                     "cmp %[pe], %[p]\n\t"                                                          \
@@ -162,12 +168,16 @@ void matmul_interleave_x_avx2(const float *x, int64_t ldx, int T, int64_t K, flo
         }                                                                                          \
         STORE_T(0) STORE_T(1) STORE_T(2) STORE_T(3) STORE_T(4) STORE_T(5)                          \
     }
-DEFINE_TILE(1) DEFINE_TILE(2) DEFINE_TILE(3) DEFINE_TILE(4) DEFINE_TILE(5) DEFINE_TILE(6)
+DEFINE_TILE(1, 0, tile_1) DEFINE_TILE(2, 0, tile_2) DEFINE_TILE(3, 0, tile_3)
+DEFINE_TILE(4, 0, tile_4) DEFINE_TILE(5, 0, tile_5) DEFINE_TILE(6, 0, tile_6)
+DEFINE_TILE(1, 1, tile_pf_1) DEFINE_TILE(2, 1, tile_pf_2) DEFINE_TILE(3, 1, tile_pf_3)
+DEFINE_TILE(4, 1, tile_pf_4) DEFINE_TILE(5, 1, tile_pf_5) DEFINE_TILE(6, 1, tile_pf_6)
 #undef DEFINE_TILE
 
 void matmul_rows_packed_avx2(const MatmulArgs *a, int64_t n0, int64_t n1) {
     typedef void (*TileFn)(const MatmulArgs *, const float *, int, int64_t, int64_t);
     static const TileFn by_t[7] = {0, tile_1, tile_2, tile_3, tile_4, tile_5, tile_6};
+    static const TileFn first[7] = {0, tile_pf_1, tile_pf_2, tile_pf_3, tile_pf_4, tile_pf_5, tile_pf_6};
     CHECK(n0 % 16 == 0, "packed matmul rows start at %lld, not a panel boundary", (long long)n0);
     const int64_t N = n1; /* columns past n1 are not written (n1 is a panel boundary or N) */
     int64_t n = n0;
@@ -176,8 +186,8 @@ void matmul_rows_packed_avx2(const MatmulArgs *a, int64_t n0, int64_t n1) {
         for (; n < n1; n += 16) tile_1x1(a, n, N);
         return;
     }
-    /* (Prefetching the next panel while the first tile runs, and cutting k in blocks that stay
-     * in L1, both measured no faster here.) */
+    /* (Prefetching the next panel while the tiles run, and cutting k in blocks that stay in L1,
+     * both measured no faster here.) */
     const float *xi = a->xi;
     float *own = NULL;
     if (!xi) { /* no interleaved copy provided (tests, one-off calls): make one */
@@ -190,7 +200,7 @@ void matmul_rows_packed_avx2(const MatmulArgs *a, int64_t n0, int64_t n1) {
         for (int i = 0; i < tiles; i++) {
             int t0;
             const int tt = matmul_packed_tile(a->T, i, &t0);
-            by_t[tt](a, xi + (int64_t)t0 * a->K, t0, n, N);
+            (i == 0 ? first : by_t)[tt](a, xi + (int64_t)t0 * a->K, t0, n, N);
         }
     free(own);
 }
