@@ -536,6 +536,7 @@ static void test_paged_attention(void **state) {
             check_attention(ALL_ISAS[i], 4, 1, 13, 8, dec);  /* MQA, odd head_dim */
             check_attention(ALL_ISAS[i], 2, 2, 64, 5, dec);  /* MHA, block size 5 */
             check_attention(ALL_ISAS[i], 8, 4, 8, 4, dec);   /* 4 kv heads: split 2 or 4 ways */
+            check_attention(ALL_ISAS[i], 6, 2, 24, 16, dec); /* groups of 3: a pair and one */
         }
     }
 }
