@@ -88,16 +88,46 @@ int matmul_packed_tile(int T, int i, int *t0) {
     return base + (i < extra);
 }
 
+/* c[j] lane i = r[i] lane j (an 8 x 8 transpose). */
+static inline void transpose8(const __m256 r[8], __m256 c[8]) {
+    const __m256 a0 = _mm256_unpacklo_ps(r[0], r[1]), a1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 a2 = _mm256_unpacklo_ps(r[2], r[3]), a3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 a4 = _mm256_unpacklo_ps(r[4], r[5]), a5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 a6 = _mm256_unpacklo_ps(r[6], r[7]), a7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 b0 = _mm256_shuffle_ps(a0, a2, 0x44), b1 = _mm256_shuffle_ps(a0, a2, 0xEE);
+    const __m256 b2 = _mm256_shuffle_ps(a1, a3, 0x44), b3 = _mm256_shuffle_ps(a1, a3, 0xEE);
+    const __m256 b4 = _mm256_shuffle_ps(a4, a6, 0x44), b5 = _mm256_shuffle_ps(a4, a6, 0xEE);
+    const __m256 b6 = _mm256_shuffle_ps(a5, a7, 0x44), b7 = _mm256_shuffle_ps(a5, a7, 0xEE);
+    c[0] = _mm256_permute2f128_ps(b0, b4, 0x20);
+    c[1] = _mm256_permute2f128_ps(b1, b5, 0x20);
+    c[2] = _mm256_permute2f128_ps(b2, b6, 0x20);
+    c[3] = _mm256_permute2f128_ps(b3, b7, 0x20);
+    c[4] = _mm256_permute2f128_ps(b0, b4, 0x31);
+    c[5] = _mm256_permute2f128_ps(b1, b5, 0x31);
+    c[6] = _mm256_permute2f128_ps(b2, b6, 0x31);
+    c[7] = _mm256_permute2f128_ps(b3, b7, 0x31);
+}
+
+/* Blocks of 8 k are transposed in registers and stored 8 lanes a k at dst + k * tt, in increasing
+ * k, so that the lanes past tt are overwritten by the next k's store; a block is done this way
+ * only while its last store stays inside the tile's [K][tt] (masked stores are slow on Zen 3), the
+ * rest one element at a time. Only moves floats: the values are x's, bit for bit. */
 void matmul_interleave_x_avx2(const float *x, int64_t ldx, int T, int64_t K, float *xi) {
     const int tiles = (T + 5) / 6;
     for (int i = 0; i < tiles; i++) {
         int t0;
         const int tt = matmul_packed_tile(T, i, &t0);
         float *dst = xi + (int64_t)t0 * K;
-        for (int t = 0; t < tt; t++) {
-            const float *src = x + (int64_t)(t0 + t) * ldx;
-            for (int64_t k = 0; k < K; k++) dst[k * tt + t] = src[k];
+        int64_t k = 0;
+        for (; (k + 7) * tt + 8 <= K * tt; k += 8) {
+            __m256 r[8], c[8];
+            for (int t = 0; t < 8; t++)
+                r[t] = t < tt ? _mm256_loadu_ps(x + (int64_t)(t0 + t) * ldx + k) : _mm256_setzero_ps();
+            transpose8(r, c);
+            for (int j = 0; j < 8; j++) _mm256_storeu_ps(dst + (k + j) * tt, c[j]);
         }
+        for (; k < K; k++)
+            for (int t = 0; t < tt; t++) dst[k * tt + t] = x[(int64_t)(t0 + t) * ldx + k];
     }
 }
 
