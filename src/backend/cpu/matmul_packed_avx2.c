@@ -13,10 +13,10 @@
  * The T > 1 inner loop is inline assembly. Per k it is 1 load, 2 integer ops, TT broadcasts and
  * 2*TT FMAs; what GCC and clang made of the same loop in intrinsics added 7 address and loop
  * instructions per k (separate pointers per token, spills of the base pointers), or reordered the
- * FMAs into the 132 form. On this project's 2-core Zen 3 VM the cores are shared with another
- * thread of the host, which takes front-end slots: the loop then ran at 64-70% of the FMA peak,
- * and at 85-97% with the extra instructions gone (/tmp harness, 6-token tile, K = 1024, same
- * inputs, interleaved repetitions). Quiet, both reach the peak. */
+ * FMAs into the 132 form. On this project's 2-core Zen 3 VM, where the host's other work shares
+ * the cores, the intrinsics loop ran at 66% and 81% of the FMA peak in two runs, the assembly at
+ * 84% and 95% in the same minutes (/tmp harness, 6-token tile, K = 1024, the two alternating);
+ * at quiet moments both reach the peak. */
 #include <immintrin.h>
 
 #include "backend/cpu/ops.h"
@@ -38,7 +38,8 @@ INLINE void store_row(const MatmulArgs *a, int t, int64_t n0, int64_t N, __m256 
     float tmp[16];
     _mm256_storeu_ps(tmp, lo);
     _mm256_storeu_ps(tmp + 8, hi);
-    for (int64_t i = 0; i < nvalid; i++) y[i] = a->bias ? tmp[i] + a->bias[n0 + i] : tmp[i];
+    for (int64_t i = 0; i < nvalid; i++)
+        y[i] = a->bias ? tmp[i] + a->bias[n0 + i] : tmp[i];
 }
 
 /* ---------------------------------------------------------------- T == 1 */
@@ -122,12 +123,15 @@ void matmul_interleave_x_avx2(const float *x, int64_t ldx, int T, int64_t K, flo
         for (; (k + 7) * tt + 8 <= K * tt; k += 8) {
             __m256 r[8], c[8];
             for (int t = 0; t < 8; t++)
-                r[t] = t < tt ? _mm256_loadu_ps(x + (int64_t)(t0 + t) * ldx + k) : _mm256_setzero_ps();
+                r[t] =
+                    t < tt ? _mm256_loadu_ps(x + (int64_t)(t0 + t) * ldx + k) : _mm256_setzero_ps();
             transpose8(r, c);
-            for (int j = 0; j < 8; j++) _mm256_storeu_ps(dst + (k + j) * tt, c[j]);
+            for (int j = 0; j < 8; j++)
+                _mm256_storeu_ps(dst + (k + j) * tt, c[j]);
         }
         for (; k < K; k++)
-            for (int t = 0; t < tt; t++) dst[k * tt + t] = x[(int64_t)(t0 + t) * ldx + k];
+            for (int t = 0; t < tt; t++)
+                dst[k * tt + t] = x[(int64_t)(t0 + t) * ldx + k];
     }
 }
 
@@ -135,12 +139,12 @@ void matmul_interleave_x_avx2(const float *x, int64_t ldx, int T, int64_t K, flo
  * the panel's rows 0-7 / 8-15 as f32, ymm14 the broadcast x[t][k]; c<t>0 / c<t>1 accumulate
  * token t. The FMAs are written acc += x * w, each accumulator a register of its own. */
 #define ASM_W(J)                                                                                   \
-    "vmovdqa " #J "*32(%[p]), %%ymm12\n\t"                                                       \
-    "vpand %%ymm12, %[m], %%ymm13\n\t"                                                           \
+    "vmovdqa " #J "*32(%[p]), %%ymm12\n\t"                                                         \
+    "vpand %%ymm12, %[m], %%ymm13\n\t"                                                             \
     "vpslld $16, %%ymm12, %%ymm12\n\t"
 #define ASM_T(J, TT, t)                                                                            \
-    "vbroadcastss " #J "*" #TT "*4+" #t "*4(%[x]), %%ymm14\n\t"                                     \
-    "vfmadd231ps %%ymm12, %%ymm14, %[c" #t "0]\n\t"                                              \
+    "vbroadcastss " #J "*" #TT "*4+" #t "*4(%[x]), %%ymm14\n\t"                                    \
+    "vfmadd231ps %%ymm12, %%ymm14, %[c" #t "0]\n\t"                                                \
     "vfmadd231ps %%ymm13, %%ymm14, %[c" #t "1]\n\t"
 #define ASM_TOKS_1(J, TT) ASM_T(J, TT, 0)
 #define ASM_TOKS_2(J, TT) ASM_TOKS_1(J, TT) ASM_T(J, TT, 1)
@@ -152,7 +156,7 @@ void matmul_interleave_x_avx2(const float *x, int64_t ldx, int T, int64_t K, flo
 
 /* The last k when K is odd, in intrinsics (the same operation as the assembly's FMAs). */
 #define TAIL_T(t)                                                                                  \
-    if (ntok > t) {                                                                                  \
+    if (ntok > t) {                                                                                \
         __m256 xv = _mm256_broadcast_ss(x + t);                                                    \
         c##t##0 = _mm256_fmadd_ps(xv, w0, c##t##0);                                                \
         c##t##1 = _mm256_fmadd_ps(xv, w1, c##t##1);                                                \
@@ -160,17 +164,19 @@ void matmul_interleave_x_avx2(const float *x, int64_t ldx, int T, int64_t K, flo
 #define STORE_T(t)                                                                                 \
     if (ntok > t) store_row(a, t0 + t, n0, N, c##t##0, c##t##1);
 
-/* TT tokens (t0 ..; xi = their interleaved [K][TT] block) x the panel starting at row n0. */
 /* PF: the first tile of a panel brings the panel in from memory; it prefetches 2 KB (64 k) ahead
  * in it, one line per iteration. Measured on 2 threads, T = 16, weights streamed: +3-10% at
  * K = 1024, +0-3% at K = 3072 (512 and 1024 bytes ahead gave less). The other tiles find the panel
  * in L1/L2. */
 #define ASM_PF_0 ""
 #define ASM_PF_1 "prefetcht0 2048(%[p])\n\t"
+
+/* TT tokens (t0 ..; xi = their interleaved [K][TT] block) x the panel starting at row n0. */
+/* clang-format off */
 #define DEFINE_TILE(TT, PF, NAME)                                                                  \
-    static void NAME(const MatmulArgs *a, const float *xi, int t0, int64_t n0, int64_t N) {   \
+    static void NAME(const MatmulArgs *a, const float *xi, int t0, int64_t n0, int64_t N) {        \
         const int ntok = TT;                                                                       \
-        const int64_t K = a->K, K2 = K & ~(int64_t)1;                                             \
+        const int64_t K = a->K, K2 = K & ~(int64_t)1;                                              \
         const uint16_t *p = a->wp + (n0 / 16) * K * 16;                                            \
         const float *x = xi;                                                                       \
         const __m256i himask = _mm256_set1_epi32((int)0xffff0000u);                                \
@@ -202,18 +208,22 @@ DEFINE_TILE(1, 0, tile_1) DEFINE_TILE(2, 0, tile_2) DEFINE_TILE(3, 0, tile_3)
 DEFINE_TILE(4, 0, tile_4) DEFINE_TILE(5, 0, tile_5) DEFINE_TILE(6, 0, tile_6)
 DEFINE_TILE(1, 1, tile_pf_1) DEFINE_TILE(2, 1, tile_pf_2) DEFINE_TILE(3, 1, tile_pf_3)
 DEFINE_TILE(4, 1, tile_pf_4) DEFINE_TILE(5, 1, tile_pf_5) DEFINE_TILE(6, 1, tile_pf_6)
+/* clang-format on */
 #undef DEFINE_TILE
 
-void matmul_rows_packed_avx2(const MatmulArgs *a, int64_t n0, int64_t n1) {
+                void matmul_rows_packed_avx2(const MatmulArgs *a, int64_t n0, int64_t n1) {
     typedef void (*TileFn)(const MatmulArgs *, const float *, int, int64_t, int64_t);
     static const TileFn by_t[7] = {0, tile_1, tile_2, tile_3, tile_4, tile_5, tile_6};
-    static const TileFn first[7] = {0, tile_pf_1, tile_pf_2, tile_pf_3, tile_pf_4, tile_pf_5, tile_pf_6};
+    static const TileFn first[7] = {0,         tile_pf_1, tile_pf_2, tile_pf_3,
+                                    tile_pf_4, tile_pf_5, tile_pf_6};
     CHECK(n0 % 16 == 0, "packed matmul rows start at %lld, not a panel boundary", (long long)n0);
     const int64_t N = n1; /* columns past n1 are not written (n1 is a panel boundary or N) */
     int64_t n = n0;
     if (a->T == 1) {
-        for (; n + 32 <= n1; n += 32) tile_1x2(a, n, N);
-        for (; n < n1; n += 16) tile_1x1(a, n, N);
+        for (; n + 32 <= n1; n += 32)
+            tile_1x2(a, n, N);
+        for (; n < n1; n += 16)
+            tile_1x1(a, n, N);
         return;
     }
     /* (Prefetching the next panel while the tiles run, and cutting k in blocks that stay in L1,
