@@ -81,10 +81,14 @@ static void tile_1x2(const MatmulArgs *a, int64_t n0, int64_t N) {
 
 /* ---------------------------------------------------------------- T > 1: token tiles */
 
+/* ceil(T / 6) tiles of as even sizes as possible (16 tokens: 6 + 5 + 5, not 6 + 6 + 4): the
+ * smaller tiles keep fewer accumulators busy per panel load. */
+static int num_tiles(int T) {
+    return (T + 5) / 6;
+}
+
 int matmul_packed_tile(int T, int i, int *t0) {
-    /* ceil(T / 6) tiles of as even sizes as possible (16 tokens: 6 + 5 + 5, not 6 + 6 + 4): the
-     * smaller tiles keep fewer accumulators busy per panel load. */
-    const int tiles = (T + 5) / 6, base = T / tiles, extra = T % tiles;
+    const int tiles = num_tiles(T), base = T / tiles, extra = T % tiles;
     *t0 = i * base + (i < extra ? i : extra);
     return base + (i < extra);
 }
@@ -114,7 +118,7 @@ static inline void transpose8(const __m256 r[8], __m256 c[8]) {
  * only while its last store stays inside the tile's [K][tt] (masked stores are slow on Zen 3), the
  * rest one element at a time. Only moves floats: the values are x's, bit for bit. */
 void matmul_interleave_x_avx2(const float *x, int64_t ldx, int T, int64_t K, float *xi) {
-    const int tiles = (T + 5) / 6;
+    const int tiles = num_tiles(T);
     for (int i = 0; i < tiles; i++) {
         int t0;
         const int tt = matmul_packed_tile(T, i, &t0);
@@ -236,7 +240,7 @@ DEFINE_TILE(4, 1, tile_pf_4) DEFINE_TILE(5, 1, tile_pf_5) DEFINE_TILE(6, 1, tile
         matmul_interleave_x_avx2(a->x, a->ldx, a->T, a->K, own);
         xi = own;
     }
-    const int tiles = (a->T + 5) / 6;
+    const int tiles = num_tiles(a->T);
     for (; n < n1; n += 16)
         for (int i = 0; i < tiles; i++) {
             int t0;
