@@ -14,7 +14,6 @@ int cmd_serve(int argc, char **argv);      /* cmd_serve.c */
 
 /* `cvllm bench` sub-benchmarks (argv[0] = the benchmark's name). */
 int bench_tokenize(int argc, char **argv); /* bench_tokenize.c */
-int bench_cpu_ops(int argc, char **argv);  /* bench_cpu.c */
 int bench_serve(int argc, char **argv);    /* bench_serve.c */
 
 #endif
