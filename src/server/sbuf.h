@@ -3,6 +3,7 @@
 #define CVLLM_SERVER_SBUF_H
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,8 +22,9 @@ static inline void sbuf_reserve(SBuf *b, size_t extra) {
     b->cap = cap;
 }
 static inline void sbuf_add(SBuf *b, const char *s, size_t n) {
+    if (n == 0 || n > (size_t)PTRDIFF_MAX) return; /* (the bound also quiets GCC's -Wstringop-overflow) */
     sbuf_reserve(b, n);
-    if (n) memcpy(b->s + b->len, s, n);
+    memcpy(b->s + b->len, s, n);
     b->len += n;
     b->s[b->len] = 0;
 }
