@@ -76,6 +76,7 @@ struct Job {
     long created;
     double t_arrival;
     int fd;
+    double next_fd_check; /* when to poll the client's socket again */
     SBuf out;
     int done_sent, use_tools, use_reasoning;
     Job *prev, *next;
@@ -633,6 +634,15 @@ static void add_ms(struct timespec *ts, int ms) {
     }
 }
 
+/* Under j->mu, after a wait: 1 if the client has gone away (its socket is polled at most every
+ * 100 ms, however often the Job is signalled). */
+static int client_gone(Job *j) {
+    double now = now_seconds();
+    if (now < j->next_fd_check) return 0;
+    j->next_fd_check = now + 0.1;
+    return http_fd_closed(j->fd);
+}
+
 static ssize_t stream_read(void *cls, char *buf, size_t max) {
     Job *j = cls;
     Server *s = j->srv;
@@ -653,8 +663,8 @@ static ssize_t stream_read(void *cls, char *buf, size_t max) {
         if (j->out.len || j->done_sent) continue;
         struct timespec ts;
         add_ms(&ts, 100);
-        int rc = pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-        if (rc == ETIMEDOUT && http_fd_closed(j->fd)) {
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        if (client_gone(j)) {
             pthread_mutex_unlock(&j->mu);
             return HTTP_STREAM_ERROR;
         }
@@ -699,8 +709,8 @@ static void handle_generate(Server *s, HttpRequest *r, OaiEndpoint ep) {
     while (j->num_active > 0) {
         struct timespec ts;
         add_ms(&ts, 100);
-        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT && j->num_active > 0 &&
-            http_fd_closed(j->fd)) {
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        if (j->num_active > 0 && client_gone(j)) {
             gone = 1;
             break;
         }

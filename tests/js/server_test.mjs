@@ -209,6 +209,19 @@ async function basic(base, key, model, maxLen) {
   check("abort mid-stream frees the request and its KV blocks",
         idle.get("num_requests_running") === 0 && idle.get("kv_cache_usage_perc") === 0,
         `running ${idle.get("num_requests_running")} kv ${idle.get("kv_cache_usage_perc")} (100 ms after: running ${busy.get("num_requests_running")})`);
+  // the same for a non-streamed request: the server notices the closed socket while it waits
+  const ac2 = new AbortController();
+  const t0 = Date.now();
+  const pend = client.completions.create({ model, prompt: "Count again:", max_tokens: Math.min(3000, maxLen - 10),
+                                           ignore_eos: true, temperature: 0 }, { signal: ac2.signal }).catch(() => null);
+  await new Promise((res) => setTimeout(res, 300));
+  const during = await metrics(base);
+  ac2.abort();
+  await pend;
+  const idle2 = await waitIdle(base, 3000);
+  check("abort of a non-streamed request frees it", during.get("num_requests_running") === 1 &&
+        idle2.get("num_requests_running") === 0 && idle2.get("kv_cache_usage_perc") === 0 && Date.now() - t0 < 2000,
+        `running during ${during.get("num_requests_running")}, after ${idle2.get("num_requests_running")}, ${Date.now() - t0} ms`);
   const aborted = idle.text.match(/^cvllm:request_success_total\{[^}]*finished_reason="abort"\} (\d+)$/m);
   check("abort counted", aborted && Number(aborted[1]) >= 1, aborted ? aborted[0] : "no line");
   const m = idle.text;
