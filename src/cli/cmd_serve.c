@@ -25,6 +25,9 @@ static const char USAGE[] =
 int cmd_serve(int argc, char **argv) {
     ServerOptions o;
     server_options_default(&o);
+    /* a server pays the KV cache's first-touch page faults at start-up, not in its first
+     * requests' latency (as `bench throughput` does before timing) */
+    o.engine.prefault_kv_cache = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         long long n;
