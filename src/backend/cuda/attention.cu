@@ -90,12 +90,21 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
                                        : 0.0f;
         }
     }
-    for (int j = j0 + warp * KPW + gi; j < j1; j += DEC_WARPS * KPW) {
-        const int64_t slot = (int64_t)table[j / p.block_size] * p.block_size + j % p.block_size;
-        const int64_t off = slot * kv_stride + (int64_t)kvh * HD + li * VEC;
+    /* the loop bound is the same for the whole warp (the shuffles need every lane): a lane
+     * group past the end computes on zeros and throws the result away */
+    for (int jb = j0 + warp * KPW; jb < j1; jb += DEC_WARPS * KPW) {
+        const int j = jb + gi;
+        const bool valid = j < j1;
         float k[VEC], v[VEC];
-        load_vec<C, VEC>(kc + off, k);
-        load_vec<C, VEC>(vc + off, v);
+        if (valid) {
+            const int64_t slot = (int64_t)table[j / p.block_size] * p.block_size + j % p.block_size;
+            const int64_t off = slot * kv_stride + (int64_t)kvh * HD + li * VEC;
+            load_vec<C, VEC>(kc + off, k);
+            load_vec<C, VEC>(vc + off, v);
+        } else {
+#pragma unroll
+            for (int e = 0; e < VEC; e++) k[e] = v[e] = 0.0f;
+        }
 #pragma unroll
         for (int h = 0; h < DEC_QH; h++) {
             float d = 0.0f;
@@ -103,6 +112,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             for (int e = 0; e < VEC; e++) d += q[h][e] * k[e];
 #pragma unroll
             for (int o = LANES / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+            if (!valid) continue;
             const float sc = d * p.scale;
             const float mn = fmaxf(m[h], sc);
             const float corr = expf(m[h] - mn); /* m = -inf (first key): 0 */

@@ -159,7 +159,9 @@ __device__ __forceinline__ bool in_topk(const Sampling &S, uint32_t key, int i) 
 /* The rank-th (1-based) lowest id among tokens with key == v inside the top-k set. */
 __device__ int nth_tied_id(const Sampling &S, uint32_t v, int rank) {
     __shared__ int found;
+    __syncthreads(); /* a previous call's result has been read */
     if (threadIdx.x == 0) found = -1;
+    __syncthreads();
     unsigned long long before = 0;
     for (int base = 0; base < S.vocab; base += blockDim.x) {
         const int i = base + threadIdx.x;
@@ -176,7 +178,9 @@ __device__ int nth_tied_id(const Sampling &S, uint32_t v, int rank) {
         if (found >= 0 || before >= (unsigned long long)rank) break;
     }
     __syncthreads();
-    return found;
+    const int res = found;
+    __syncthreads();
+    return res;
 }
 
 /* Radix select over the keys of the tokens inside the top-k set, 8 bits at a time from the top.
@@ -201,15 +205,20 @@ __device__ uint32_t radix_select(const Sampling &S, int by_mass, unsigned long l
         }
         __syncthreads();
         if (threadIdx.x == 0) {
-            int d = 255;
-            for (; d > 0; d--) /* the digit where the running total reaches need */
-                if (hist[d] && cum + hist[d] >= need) break;
-            if (d == 0 && !(hist[0] && cum + hist[0] >= need)) /* not reached: the lowest digit */
-                for (d = 0; d < 255 && !hist[d]; d++) {
+            /* from the best digit down, the first where the running total reaches need; if none
+             * does (rounding), the worst non-empty digit. run: the total above digit d. */
+            unsigned long long run = cum, run_last = cum;
+            int d = 255, last = -1;
+            for (; d >= 0; d--) {
+                if (hist[d]) {
+                    if (run + hist[d] >= need) break;
+                    last = d, run_last = run;
                 }
-            for (int e = 255; e > d; e--) cum += hist[e];
+                run += hist[d];
+            }
+            if (d < 0) d = last < 0 ? 0 : last, run = run_last;
             sh_prefix = prefix | ((uint32_t)d << shift);
-            sh_cum = cum;
+            sh_cum = run;
         }
         __syncthreads();
         prefix = sh_prefix;
