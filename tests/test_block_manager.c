@@ -16,9 +16,11 @@ static Sequence *make_seq(int64_t id, const int32_t *toks, int n) {
     return sequence_create(id, toks, n, &p);
 }
 
-/* What the engine does after a prefill of the whole sequence: KV computed, blocks committed. */
+/* What the engine does for a prefill of the whole sequence: the scheduler marks its tokens as
+ * scheduled in this step, the step computes the KV, postprocess commits the blocks. */
 static void compute_all(BlockManager *bm, Sequence *s) {
-    s->num_cached_tokens = s->num_tokens;
+    block_manager_mark_scheduled(bm, s, s->num_tokens);
+    s->num_computed_tokens = s->num_tokens;
     block_manager_commit(bm, s);
 }
 
@@ -31,11 +33,11 @@ static void test_allocate(void **state) {
     block_manager_allocate(bm, s);
     assert_int_equal(s->num_blocks, 3);
     assert_int_equal(block_manager_num_free(bm), 7);
-    assert_int_equal(s->num_cached_tokens, 0);
+    assert_int_equal(s->num_computed_tokens, 0);
     assert_int_equal(s->num_hit_tokens, 0);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 3; i++) { /* the full blocks are registered at once, the partial not */
         assert_int_equal(block_manager_ref_count(bm, s->block_table[i]), 1);
-        assert_int_equal(block_manager_block_hash(bm, s->block_table[i], NULL), 0);
+        assert_int_equal(block_manager_block_hash(bm, s->block_table[i], NULL), i < 2);
     }
     assert_int_equal(block_manager_queries(bm), 1); /* 2 full blocks; the first one missed */
     assert_int_equal(block_manager_hits(bm), 0);
@@ -46,41 +48,79 @@ static void test_allocate(void **state) {
     block_manager_destroy(bm);
 }
 
-static void test_hash_recorded_only_after_commit(void **state) {
+/* A prompt's full blocks are registered when allocated, but found by a lookup only from the step
+ * that is scheduled to write them on (a request admitted later in that step shares them); blocks
+ * filled by generated tokens are registered once computed (commit). */
+static void test_hash_registration_and_readiness(void **state) {
     (void)state;
-    BlockManager *bm = block_manager_create(10, BS, 1);
+    BlockManager *bm = block_manager_create(12, BS, 1);
     int32_t t[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
-    Sequence *s = make_seq(0, t, 10);
+    Sequence *s = make_seq(0, t, 10), *same = make_seq(1, t, 10), *later = make_seq(2, t, 10);
+    block_manager_begin_step(bm, 1);
     block_manager_allocate(bm, s);
     uint64_t h;
-    block_manager_commit(bm, s); /* nothing computed yet */
-    assert_int_equal(block_manager_block_hash(bm, s->block_table[0], &h), 0);
-    s->num_cached_tokens = 3; /* block 0 not complete yet */
-    block_manager_commit(bm, s);
-    assert_int_equal(block_manager_block_hash(bm, s->block_table[0], &h), 0);
-    s->num_cached_tokens = 4;
-    block_manager_commit(bm, s);
-    assert_int_equal(block_manager_block_hash(bm, s->block_table[0], &h), 1);
     uint64_t h0 = block_hash(0, t, BS);
+    assert_int_equal(block_manager_block_hash(bm, s->block_table[0], &h), 1);
     assert_true(h == h0);
-    assert_int_equal(block_manager_block_hash(bm, s->block_table[1], &h), 0);
-    s->num_cached_tokens = 10;
-    block_manager_commit(bm, s);
     assert_int_equal(block_manager_block_hash(bm, s->block_table[1], &h), 1);
     assert_true(h == block_hash(h0, t + 4, BS)); /* chained on block 0's hash */
     assert_int_equal(block_manager_block_hash(bm, s->block_table[2], &h), 0); /* partial */
+    /* not scheduled yet: no hit */
+    block_manager_allocate(bm, same);
+    assert_int_equal(same->num_hit_tokens, 0);
+    block_manager_deallocate(bm, same);
+    /* a chunk of 6 tokens scheduled in step 1: block 0 becomes hittable in step 1, block 1 not */
+    block_manager_mark_scheduled(bm, s, 6);
+    block_manager_allocate(bm, later);
+    assert_int_equal(later->num_hit_tokens, 4);
+    assert_int_equal(later->block_table[0], s->block_table[0]);
+    block_manager_deallocate(bm, later);
+    /* step 2 schedules the rest: both full blocks are hits from then on */
+    block_manager_begin_step(bm, 2);
+    block_manager_mark_scheduled(bm, s, 10);
+    s->num_computed_tokens = 10;
+    block_manager_commit(bm, s);
+    block_manager_allocate(bm, later);
+    assert_int_equal(later->num_hit_tokens, 8);
+    block_manager_deallocate(bm, later);
     /* The block filled by generated tokens gets its hash once its KV is computed. */
     sequence_append_token(s, 11);
     sequence_append_token(s, 12); /* 12 tokens: block 2 full, but tokens 10, 11 not computed */
     block_manager_commit(bm, s);
     assert_int_equal(block_manager_block_hash(bm, s->block_table[2], NULL), 0);
-    s->num_cached_tokens = 12;
+    s->num_computed_tokens = 12;
     block_manager_commit(bm, s);
     assert_int_equal(block_manager_block_hash(bm, s->block_table[2], &h), 1);
     int32_t b2[4] = {9, 10, 11, 12};
     assert_true(h == block_hash(block_hash(h0, t + 4, BS), b2, BS));
     block_manager_deallocate(bm, s);
     sequence_destroy(s);
+    sequence_destroy(same);
+    sequence_destroy(later);
+    block_manager_destroy(bm);
+}
+
+/* A registered block that no step wrote is dropped when freed (nothing to find there), and a
+ * failed step's blocks stop being hits. */
+static void test_unwritten_blocks_forgotten(void **state) {
+    (void)state;
+    BlockManager *bm = block_manager_create(8, BS, 1);
+    int32_t t[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    Sequence *a = make_seq(0, t, 8), *b = make_seq(1, t, 8);
+    block_manager_begin_step(bm, 1);
+    block_manager_allocate(bm, a);
+    int b0 = a->block_table[0];
+    block_manager_deallocate(bm, a); /* preempted before any step wrote it */
+    assert_int_equal(block_manager_block_hash(bm, b0, NULL), 0);
+    block_manager_allocate(bm, a);
+    block_manager_mark_scheduled(bm, a, 8);
+    block_manager_forget_step(bm, 1); /* the step failed */
+    block_manager_allocate(bm, b);
+    assert_int_equal(b->num_hit_tokens, 0);
+    block_manager_deallocate(bm, a);
+    block_manager_deallocate(bm, b);
+    sequence_destroy(a);
+    sequence_destroy(b);
     block_manager_destroy(bm);
 }
 
@@ -117,7 +157,7 @@ static void test_prefix_hit_ref_count(void **state) {
     assert_int_equal(block_manager_ref_count(bm, a->block_table[1]), 2);
     assert_int_equal(block_manager_ref_count(bm, b->block_table[2]), 1);
     assert_int_equal(b->num_hit_tokens, 8);
-    assert_int_equal(b->num_cached_tokens, 8);
+    assert_int_equal(b->num_computed_tokens, 8);
     assert_int_equal(block_manager_num_free(bm), 6);
     /* a: 2 queries (miss at the first), b: 2 queries, 2 hits */
     assert_int_equal(block_manager_queries(bm), 3);
@@ -145,10 +185,10 @@ static void test_full_prompt_hit_recomputes_last_token(void **state) {
     block_manager_allocate(bm, b);
     assert_int_equal(b->num_blocks, 2);
     assert_int_equal(b->num_hit_tokens, 8);
-    assert_int_equal(b->num_cached_tokens, 7);
+    assert_int_equal(b->num_computed_tokens, 7);
     assert_int_equal(block_manager_num_free(bm), 8);
     /* After the step, commit has nothing new; the next token needs a new block. */
-    b->num_cached_tokens = 8;
+    b->num_computed_tokens = 8;
     block_manager_commit(bm, b);
     sequence_append_token(b, 9);
     assert_true(block_manager_can_append(bm, b));
@@ -283,7 +323,7 @@ static void test_freed_blocks_keep_hash_and_hit(void **state) {
     assert_int_equal(b->block_table[0], b0);
     assert_int_equal(b->block_table[1], b1);
     assert_int_equal(b->num_hit_tokens, 8);
-    assert_int_equal(b->num_cached_tokens, 8);
+    assert_int_equal(b->num_computed_tokens, 8);
     assert_int_equal(block_manager_ref_count(bm, b0), 1);
     assert_int_equal(block_manager_num_free(bm), 7);
     block_manager_deallocate(bm, b);
@@ -305,8 +345,10 @@ static void test_reused_free_block_loses_hash(void **state) {
     block_manager_deallocate(bm, a);
     block_manager_allocate(bm, b); /* needs the whole pool: a's blocks are reused */
     assert_int_equal(b->num_hit_tokens, 0);
-    assert_int_equal(block_manager_block_hash(bm, b0, NULL), 0);
-    assert_int_equal(block_manager_block_hash(bm, b1, NULL), 0);
+    uint64_t h;
+    /* reused: a's hashes are gone (b registered its own) */
+    assert_true(!block_manager_block_hash(bm, b0, &h) || h != block_hash(0, ta, BS));
+    assert_true(!block_manager_block_hash(bm, b1, &h) || h != block_hash(block_hash(0, ta, BS), ta + 4, BS));
     /* a's freed blocks went to the tail: the never-used blocks were taken first. */
     assert_int_equal(b->block_table[2], b1);
     assert_int_equal(b->block_table[3], b0);
@@ -380,7 +422,7 @@ static void test_can_allocate_when_short(void **state) {
     assert_true(block_manager_can_allocate(bm, a2));
     block_manager_allocate(bm, a2);
     assert_int_equal(a2->num_hit_tokens, 8);
-    assert_int_equal(a2->num_cached_tokens, 7);
+    assert_int_equal(a2->num_computed_tokens, 7);
     assert_int_equal(block_manager_num_free(bm), 0);
     Sequence *all[6] = {a, x, c, a2, o, a3};
     for (int i = 0; i < 6; i++) {
@@ -405,7 +447,7 @@ static void test_queries_and_hits(void **state) {
     assert_int_equal(block_manager_queries(bm), 4);
     assert_int_equal(block_manager_hits(bm), 3);
     assert_int_equal(b->num_hit_tokens, 12);
-    assert_int_equal(b->num_cached_tokens, 12);
+    assert_int_equal(b->num_computed_tokens, 12);
     int32_t t2[14];
     memcpy(t2, t, sizeof(t));
     t2[5] = 99; /* second block differs */
@@ -432,7 +474,7 @@ static void test_prefix_caching_off(void **state) {
     assert_int_equal(block_manager_block_hash(bm, a->block_table[0], NULL), 0);
     block_manager_allocate(bm, b);
     assert_int_equal(b->num_hit_tokens, 0);
-    assert_int_equal(b->num_cached_tokens, 0);
+    assert_int_equal(b->num_computed_tokens, 0);
     assert_int_equal(block_manager_queries(bm), 0);
     assert_int_equal(block_manager_num_free(bm), 6);
     block_manager_deallocate(bm, a);
@@ -445,7 +487,8 @@ static void test_prefix_caching_off(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_allocate),
-        cmocka_unit_test(test_hash_recorded_only_after_commit),
+        cmocka_unit_test(test_hash_registration_and_readiness),
+        cmocka_unit_test(test_unwritten_blocks_forgotten),
         cmocka_unit_test(test_hash_is_xxh64_of_le_bytes),
         cmocka_unit_test(test_prefix_hit_ref_count),
         cmocka_unit_test(test_full_prompt_hit_recomputes_last_token),

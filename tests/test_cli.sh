@@ -93,6 +93,27 @@ check "--device cuda without CUDA" '$B complete $M --prompt-ids 1 --device cuda 
 printf 'hello\nhow are you\n' | $B chat $M --max-tokens 8 --temperature 0 > $T/chat.txt 2>&1
 check "chat over a pipe" '[ $? = 0 ] && [ -s $T/chat.txt ]'
 
+# the engine API's text path: a stop string completed by the last allowed token is "stop" (the
+# text cut), as vLLM; a stop string that is not valid UTF-8 is a usage error
+$B complete $M --prompt 'def fibonacci(n):' --max-tokens 4 --temperature 0 --output json --quiet > $T/len.json
+$B complete $M --prompt 'def fibonacci(n):' --max-tokens 4 --stop ly --temperature 0 --output json --quiet > $T/stopl.json
+check "stop string in the last token: finish stop" "json $T/len.json 'd[0][\"finish_reason\"]==\"length\" and d[0][\"text\"].endswith(\"ly\")' && json $T/stopl.json 'd[0][\"finish_reason\"]==\"stop\" and d[0][\"text\"]==json.load(open(\"$T/len.json\"))[0][\"text\"][:-2]'"
+check "--include-stop-str-in-output keeps it" "$B complete $M --prompt 'def fibonacci(n):' --max-tokens 4 --stop ly --include-stop-str-in-output --temperature 0 --output json --quiet | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d[0][\"text\"].endswith(\"ly\") and d[0][\"finish_reason\"]==\"stop\"'"
+check "--stop with invalid UTF-8 exits 2" "$B complete $M --prompt x --stop \$'\\xe6' >/dev/null 2>&1; [ \$? = 2 ]"
+check "--logprobs: one log-prob and top-3 per token" "$B complete $M --prompt-ids 5,6,7 --max-tokens 3 --logprobs 3 --temperature 0 --output json --quiet | python3 -c 'import json,sys; d=json.load(sys.stdin)[0]; assert len(d[\"logprobs\"])==3 and all(len(r)==3 for r in d[\"top_logprobs\"]) and all(x<=0 for x in d[\"logprobs\"]) and d[\"top_logprobs\"][0][0][0]==d[\"token_ids\"][0]'"
+# chat: the default max-tokens is what the context leaves (it answers), invalid UTF-8 and NUL
+# lines are refused with exit 1, an empty line ends the chat, a line of spaces is ignored
+printf 'hi\n' | $B chat $M --temperature 0 > $T/c1.txt 2>$T/c1.err
+check "chat default max-tokens answers" '[ $? = 0 ] && [ -s $T/c1.txt ] && [ ! -s $T/c1.err ]'
+printf 'hi\xff\n' | $B chat $M --max-tokens 4 > /dev/null 2>$T/c2.err
+check "chat: invalid UTF-8 refused, exit 1" '[ $? = 1 ] && grep -q "UTF-8" $T/c2.err'
+printf 'a\000b\n' | $B chat $M --max-tokens 4 > /dev/null 2>$T/c3.err
+check "chat: NUL byte refused, exit 1" '[ $? = 1 ] && grep -q "NUL" $T/c3.err'
+printf '\nhi\n' | $B chat $M --max-tokens 4 --temperature 0 > $T/c4.txt 2>&1
+check "chat: an empty line quits" '[ $? = 0 ] && [ ! -s $T/c4.txt ]'
+printf '   \n' | $B chat $M --max-tokens 4 --temperature 0 > $T/c5.txt 2>&1
+check "chat: a line of spaces is not sent" '[ $? = 0 ] && [ ! -s $T/c5.txt ]'
+
 # bench throughput: small run, json keys (the workload's ids need a vocabulary above 10000). The
 # bench zeroes its whole KV cache before timing: small budgets keep that quick here.
 check "bench refuses a small vocabulary" '$B bench throughput $M --num-seqs 2 --kv-cache-memory 32M --quiet 2>&1 | grep -q "vocabulary of 4096"'

@@ -286,11 +286,18 @@ static int run_step(Backend *b, const Chunk *c, int S, float *logits) {
                      .cu_seqlens_k = cuk, .max_seqlen_q = maxq, .max_seqlen_k = maxk,
                      .context_lens = ctx, .block_tables = tables, .max_blocks_per_seq = MBPS,
                      .logits_indices = lidx, .num_logits = T};
-    return b->forward(b, &in, logits);
+    /* logits mode: every row's raw logits copied out; greedy sampling rows */
+    SamplingRow rows[MAX_TOKENS];
+    int32_t sampled[MAX_TOKENS];
+    for (int i = 0; i < T; i++)
+        rows[i] = (SamplingRow){.top_p = 1.0f, .repetition_penalty = 1.0f, .num_logprobs = -1};
+    in.sampling = rows;
+    StepOutputs out = {.token_ids = sampled, .logits = logits};
+    return b->forward(b, &in, &out);
 }
 
 static Backend *make_backend(const ModelConfig *cfg, const ModelWeights *w, int threads) {
-    BackendOptions o = {.num_threads = threads, .max_num_tokens = MAX_TOKENS, .max_num_seqs = 8,
+    BackendOptions o = {.num_threads = threads, .max_num_tokens = MAX_TOKENS, .max_num_seqs = MAX_TOKENS,
                         .max_model_len = MBPS * BS};
     Backend *b = NULL;
     assert_int_equal(backend_cpu_create(cfg, w, &o, &b), 0);

@@ -475,7 +475,7 @@ static void check_attention_kv(CpuIsa isa, int H, int KVH, int d, int bs, int de
     int32_t *pos = xmalloc(T * sizeof(int32_t)), *tseq = xmalloc(T * sizeof(int32_t));
     for (int s = 0, t = 0; s < S; s++)
         for (int i = 0; i < new_toks[s]; i++, t++) {
-            pos[t] = ctx[s] - new_toks[s] + i;
+            pos[t] = ctx[s] - new_toks[s] + i + 1; /* the keys token t attends to */
             tseq[t] = s;
         }
     float *out[2], *ref = xmalloc((size_t)H * d * sizeof(float));
@@ -486,7 +486,7 @@ static void check_attention_kv(CpuIsa isa, int H, int KVH, int d, int bs, int de
         AttentionArgs a = {.q = q, .out = out[r], .k_cache = bf16 ? (void *)kb : kcache,
                            .v_cache = bf16 ? (void *)vb : vcache, .kv_bf16 = bf16,
                            .num_tokens = T, .n_heads = H, .n_kv_heads = KVH, .head_dim = d,
-                           .block_size = bs, .scale = 1.0f / sqrtf((float)d), .positions = pos,
+                           .block_size = bs, .scale = 1.0f / sqrtf((float)d), .num_keys = pos,
                            .token_seq = tseq, .block_tables = tables, .max_blocks_per_seq = mbps,
                            .scratch = scratch, .scratch_stride = 1024};
         CpuIsa prev = cpu_isa_get();
@@ -500,7 +500,7 @@ static void check_attention_kv(CpuIsa isa, int H, int KVH, int d, int bs, int de
     double worst = 0;
     for (int t = 0; t < T; t++) {
         int s = tseq[t];
-        naive_attention(q + (int64_t)t * H * d, kc[s], vc[s], pos[t] + 1, H, KVH, d, ref);
+        naive_attention(q + (int64_t)t * H * d, kc[s], vc[s], pos[t], H, KVH, d, ref);
         for (int i = 0; i < H * d; i++) {
             double e = fabs(out[0][(int64_t)t * H * d + i] - ref[i]) / (fabs(ref[i]) + 1e-2);
             if (e > worst) worst = e;

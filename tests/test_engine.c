@@ -11,7 +11,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/commands.h"
 #include "cvllm.h"
 
 static char g_model[256];
@@ -20,13 +19,11 @@ static int make_model(void **state) {
     (void)state;
     snprintf(g_model, sizeof g_model, "%s/test_engine_model_%d",
              getenv("CVLLM_BUILD_DIR") ? getenv("CVLLM_BUILD_DIR") : "/tmp", (int)getpid());
-    char *argv[] = {"mkmodel", "--preset", "test-qwen3", "--seed", "3", g_model, NULL};
-    FILE *saved = stdout;
-    stdout = fopen("/dev/null", "w");
-    int rc = cmd_mkmodel(6, argv);
-    fclose(stdout);
-    stdout = saved;
-    return rc;
+    const char *bin = getenv("CVLLM_BIN") ? getenv("CVLLM_BIN") : "build/cvllm";
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "'%s' mkmodel --preset test-qwen3 --seed 3 '%s' >/dev/null", bin,
+             g_model);
+    return system(cmd) == 0 ? 0 : -1;
 }
 
 static int remove_model(void **state) {
@@ -85,7 +82,7 @@ static void run_all(CvllmEngine *e, const CvllmSamplingParams *p, CvllmOutput *o
     const int32_t *ptrs[NP];
     CvllmSamplingParams ps[NP];
     for (int i = 0; i < NP; i++) ptrs[i] = g_prompts[i], ps[i] = *p;
-    assert_int_equal(cvllm_generate(e, NP, ptrs, LENS, ps, outs, NULL), 0);
+    assert_int_equal(cvllm_generate(e, NP, ptrs, LENS, ps, outs), 0);
     for (int i = 0; i < NP; i++) assert_true(outs[i].request_id >= 0);
 }
 
@@ -113,7 +110,7 @@ static void test_batch_equals_alone(void **state) {
     run_all(e, &p, batch);
     for (int i = 0; i < NP; i++) {
         const int32_t *ptr = g_prompts[i];
-        assert_int_equal(cvllm_generate(e, 1, &ptr, &LENS[i], &p, &alone[i], NULL), 0);
+        assert_int_equal(cvllm_generate(e, 1, &ptr, &LENS[i], &p, &alone[i]), 0);
         assert_int_equal(alone[i].num_tokens, 24);
         assert_int_equal(alone[i].finish_reason, CVLLM_FINISH_LENGTH);
     }
@@ -181,9 +178,9 @@ static void prefix_run(int caching, CvllmOutput out[3]) {
     CvllmSamplingParams p = greedy(12);
     const int32_t *pa = a, *pb = b;
     int n60 = 60, n48 = 48;
-    assert_int_equal(cvllm_generate(e, 1, &pa, &n60, &p, &out[0], NULL), 0);
-    assert_int_equal(cvllm_generate(e, 1, &pb, &n60, &p, &out[1], NULL), 0);
-    assert_int_equal(cvllm_generate(e, 1, &pa, &n48, &p, &out[2], NULL), 0);
+    assert_int_equal(cvllm_generate(e, 1, &pa, &n60, &p, &out[0]), 0);
+    assert_int_equal(cvllm_generate(e, 1, &pb, &n60, &p, &out[1]), 0);
+    assert_int_equal(cvllm_generate(e, 1, &pa, &n48, &p, &out[2]), 0);
     CvllmStats st;
     cvllm_engine_get_stats(e, &st);
     if (caching) assert_true(st.prefix_cache_hits > 0);
@@ -218,13 +215,13 @@ static void test_seeded_sampling_independent_of_batch(void **state) {
     CvllmEngine *e = engine(0, 0, 1, 0);
     CvllmOutput alone, batch[NP];
     const int32_t *ptr = g_prompts[2];
-    assert_int_equal(cvllm_generate(e, 1, &ptr, &LENS[2], &p, &alone, NULL), 0);
+    assert_int_equal(cvllm_generate(e, 1, &ptr, &LENS[2], &p, &alone), 0);
     run_all(e, &p, batch);
     assert_same_tokens(&alone, &batch[2], 1);
     /* another seed gives another stream */
     CvllmOutput other;
     p.seed = 99;
-    assert_int_equal(cvllm_generate(e, 1, &ptr, &LENS[2], &p, &other, NULL), 0);
+    assert_int_equal(cvllm_generate(e, 1, &ptr, &LENS[2], &p, &other), 0);
     int differ = 0;
     for (int k = 0; k < other.num_tokens; k++) differ |= other.token_ids[k] != alone.token_ids[k];
     assert_true(differ);
@@ -240,11 +237,11 @@ static void test_stop_token_ids(void **state) {
     CvllmSamplingParams p = greedy(10);
     CvllmOutput ref, got;
     const int32_t *ptr = g_prompts[1];
-    assert_int_equal(cvllm_generate(e, 1, &ptr, &LENS[1], &p, &ref, NULL), 0);
+    assert_int_equal(cvllm_generate(e, 1, &ptr, &LENS[1], &p, &ref), 0);
     int32_t stop = ref.token_ids[3];
     p.stop_token_ids = &stop;
     p.num_stop_token_ids = 1;
-    assert_int_equal(cvllm_generate(e, 1, &ptr, &LENS[1], &p, &got, NULL), 0);
+    assert_int_equal(cvllm_generate(e, 1, &ptr, &LENS[1], &p, &got), 0);
     int first = 0;
     while (ref.token_ids[first] != stop) first++;
     assert_int_equal(got.num_tokens, first + 1);
@@ -252,6 +249,43 @@ static void test_stop_token_ids(void **state) {
     cvllm_output_free(&ref);
     cvllm_output_free(&got);
     cvllm_engine_destroy(e);
+}
+
+/* A burst of requests with one system prompt, scheduled in one step: the first computes the
+ * common 480-token prefix, the six others find its blocks in that same step, and every output is
+ * the same as with prefix caching off. */
+static void test_burst_shares_prefix_in_one_step(void **state) {
+    (void)state;
+    int saved = g_max_model_len;
+    g_max_model_len = 512;
+    int32_t p[7][490];
+    uint32_t x = 99;
+    for (int k = 0; k < 480; k++) {
+        x = x * 1103515245u + 12345u;
+        for (int i = 0; i < 7; i++) p[i][k] = (int32_t)((x >> 8) % 500);
+    }
+    for (int i = 0; i < 7; i++)
+        for (int k = 480; k < 490; k++) p[i][k] = (int32_t)((k * 31 + i * 7) % 500);
+    const int32_t *ptrs[7];
+    int lens[7];
+    CvllmSamplingParams ps[7];
+    for (int i = 0; i < 7; i++) ptrs[i] = p[i], lens[i] = 490, ps[i] = greedy(6);
+    CvllmOutput on[7], off[7];
+    CvllmEngine *e = engine(0, 0, 1, 0);
+    assert_int_equal(cvllm_generate(e, 7, ptrs, lens, ps, on), 0);
+    CvllmStats st;
+    cvllm_engine_get_stats(e, &st);
+    cvllm_engine_destroy(e);
+    e = engine(0, 0, 0, 0);
+    assert_int_equal(cvllm_generate(e, 7, ptrs, lens, ps, off), 0);
+    cvllm_engine_destroy(e);
+    assert_int_equal(on[0].num_cached_tokens, 0);
+    for (int i = 1; i < 7; i++) assert_int_equal(on[i].num_cached_tokens, 480);
+    assert_int_equal(st.prefix_cache_hits, 6 * 480);
+    assert_same_tokens(on, off, 7);
+    free_outs(on, 7);
+    free_outs(off, 7);
+    g_max_model_len = saved;
 }
 
 static void test_bad_requests_refused_alone(void **state) {
@@ -265,18 +299,14 @@ static void test_bad_requests_refused_alone(void **state) {
     for (int i = 0; i < 5; i++) ps[i] = greedy(8);
     ps[4].max_tokens = 250; /* 17 + 250 > max_model_len 256 */
     CvllmOutput outs[5];
-    char *errors[5];
-    assert_int_equal(cvllm_generate(e, 5, prompts, lens, ps, outs, errors), 0);
+    assert_int_equal(cvllm_generate(e, 5, prompts, lens, ps, outs), 0);
     assert_true(outs[0].request_id >= 0 && outs[3].request_id >= 0);
     assert_int_equal(outs[0].num_tokens, 8);
     assert_int_equal(outs[3].num_tokens, 8);
-    assert_true(outs[1].request_id < 0 && strstr(errors[1], "vocabulary"));
-    assert_true(outs[2].request_id < 0 && strstr(errors[2], "max_model_len"));
-    assert_true(outs[4].request_id < 0 && strstr(errors[4], "max_tokens"));
-    for (int i = 0; i < 5; i++) {
-        cvllm_output_free(&outs[i]);
-        free(errors[i]);
-    }
+    assert_true(outs[1].request_id < 0 && strstr(outs[1].error, "vocabulary"));
+    assert_true(outs[2].request_id < 0 && strstr(outs[2].error, "max_model_len"));
+    assert_true(outs[4].request_id < 0 && strstr(outs[4].error, "max_tokens"));
+    for (int i = 0; i < 5; i++) cvllm_output_free(&outs[i]);
     /* empty prompt, negative max_tokens, bad sampling values */
     CvllmSamplingParams p = greedy(4);
     assert_true(cvllm_engine_add_request(e, g_prompts[0], 0, &p) < 0);
@@ -346,6 +376,7 @@ int main(void) {
         cmocka_unit_test(test_prefix_caching_on_off),
         cmocka_unit_test(test_seeded_sampling_independent_of_batch),
         cmocka_unit_test(test_stop_token_ids),
+        cmocka_unit_test(test_burst_shares_prefix_in_one_step),
         cmocka_unit_test(test_bad_requests_refused_alone),
         cmocka_unit_test(test_kv_budget_too_small),
         cmocka_unit_test(test_create_errors),

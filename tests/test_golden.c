@@ -38,7 +38,31 @@ typedef struct {
     int64_t *ids;  /* request id of each prompt */
     int n;
     float **first; /* first logits seen per prompt (owned copies) */
+    CvllmOutput *outs; /* each prompt's final output (ids only) */
 } Capture;
+
+/* Steps until nothing is left, keeping each prompt's final token ids. A failing step fails the
+ * run (it would otherwise loop forever). */
+static int run_to_end(CvllmEngine *e, Capture *c) {
+    while (cvllm_engine_has_unfinished(e)) {
+        const CvllmRequestOutput *o;
+        int n;
+        if (cvllm_engine_step(e, &o, &n) < 0) {
+            fprintf(stderr, "step failed: %s\n", cvllm_last_error());
+            return -1;
+        }
+        for (int k = 0; k < n; k++) {
+            if (o[k].finish_reason == CVLLM_FINISH_NONE) continue;
+            for (int i = 0; i < c->n; i++)
+                if (c->ids[i] == o[k].request_id) {
+                    c->outs[i].num_tokens = o[k].num_tokens;
+                    c->outs[i].token_ids = malloc((size_t)(o[k].num_tokens + 1) * sizeof(int32_t));
+                    memcpy(c->outs[i].token_ids, o[k].token_ids, (size_t)o[k].num_tokens * sizeof(int32_t));
+                }
+        }
+    }
+    return 0;
+}
 
 static void capture_fn(void *ctx, int64_t request_id, const float *logits, int vocab) {
     Capture *c = ctx;
@@ -130,7 +154,8 @@ static int check_model(const char *model_dir, const Reference *r, int together, 
     }
     int failures = 0;
     Capture c = {.n = r->n, .ids = calloc((size_t)r->n, sizeof(int64_t)),
-                 .first = calloc((size_t)r->n, sizeof(float *))};
+                 .first = calloc((size_t)r->n, sizeof(float *)),
+                 .outs = calloc((size_t)r->n, sizeof(CvllmOutput))};
     engine_set_logits_hook(e, capture_fn, &c);
     CvllmSamplingParams p;
     cvllm_sampling_params_default(&p);
@@ -145,14 +170,14 @@ static int check_model(const char *model_dir, const Reference *r, int together, 
             failures++;
             continue;
         }
-        if (!together)
-            while (cvllm_engine_has_unfinished(e)) cvllm_engine_step(e);
+        if (!together && run_to_end(e, &c) < 0) failures++;
     }
-    while (cvllm_engine_has_unfinished(e)) cvllm_engine_step(e);
+    if (run_to_end(e, &c) < 0) failures++;
     for (int i = 0; i < r->n; i++) {
         if (c.ids[i] < 0) continue;
-        CvllmOutput out;
-        if (cvllm_engine_take_output(e, c.ids[i], &out) != 1) { failures++; continue; }
+        CvllmOutput *o = &c.outs[i];
+        if (!o->token_ids) { failures++; continue; }
+        CvllmOutput out = *o;
         int mismatch = -1;
         for (int k = 0; k < r->max_new && mismatch < 0; k++)
             if (k >= out.num_tokens || out.token_ids[k] != r->greedy[i][k]) mismatch = k;
@@ -167,11 +192,12 @@ static int check_model(const char *model_dir, const Reference *r, int together, 
          * order: its logits are checked to the same tolerance */
         if (rel > (kv_bf16 ? LOGITS_RTOL_BF16_KV : LOGITS_RTOL) || (!kv_bf16 && mismatch >= 0))
             failures++;
-        cvllm_output_free(&out);
+        cvllm_output_free(o);
         free(c.first[i]);
     }
     free(c.first);
     free(c.ids);
+    free(c.outs);
     cvllm_engine_destroy(e);
     return failures;
 }

@@ -10,16 +10,37 @@
 #include <cmocka.h>
 
 #include "backend/cpu/ops.h"
-#include "engine/sampler.h"
+#include "backend/cpu/sampler.h"
+#include "backend/philox.h"
+
+/* The sampler takes one row's parameters; a request's successive draws are the uniforms
+ * (seed, 0), (seed, 1), ...: "Sequence" here is that counter. */
+typedef SamplingRow SamplingParams;
+typedef struct {
+    uint64_t seed;
+    int n;
+} Sequence;
 
 static SamplingParams params(float t, int k, float p, float min_p, int64_t seed) {
     return (SamplingParams){.temperature = t, .top_k = k, .top_p = p, .min_p = min_p,
-                            .seed = seed, .max_tokens = 16};
+                            .seed = (uint64_t)seed, .repetition_penalty = 1.0f,
+                            .num_logprobs = -1};
 }
 
 static Sequence *make_seq(const SamplingParams *p) {
-    int32_t prompt[1] = {0};
-    return sequence_create(1, prompt, 1, p);
+    Sequence *s = calloc(1, sizeof *s);
+    s->seed = p->seed;
+    return s;
+}
+#define sequence_destroy free
+static double sequence_next_uniform(Sequence *s) { return cvllm_uniform(s->seed, (uint64_t)s->n++); }
+
+/* One draw for s with parameters p (its next uniform). */
+static int32_t sample_with(float *x, int vocab, const SamplingParams *p, Sequence *s, void *scratch) {
+    SamplingRow r = *p;
+    r.seed = s->seed;
+    r.num_output = s->n++;
+    return sampler_sample(x, vocab, &r, scratch, NULL, NULL, NULL);
 }
 
 static uint64_t g_state = 88172645463325252ULL;
@@ -33,7 +54,7 @@ static double rnd(void) { /* xorshift64 for test data */
 static int32_t sample_copy(const float *logits, int vocab, const SamplingParams *p, Sequence *s) {
     float *x = malloc((size_t)vocab * sizeof(float));
     memcpy(x, logits, (size_t)vocab * sizeof(float));
-    int32_t t = sampler_sample(x, vocab, p, s, NULL);
+    int32_t t = sample_with(x, vocab, p, s, NULL);
     free(x);
     return t;
 }
@@ -99,13 +120,100 @@ static void test_greedy_lowest_id_on_ties(void **state) {
     float logits[6] = {1, 3, 2, 3, -1, 3};
     SamplingParams p = params(0, 0, 1, 0, 7);
     Sequence *s = make_seq(&p);
-    uint64_t rng[4];
-    memcpy(rng, s->rng, sizeof(rng));
     assert_int_equal(sample_copy(logits, 6, &p, s), 1);
-    assert_memory_equal(rng, s->rng, sizeof(rng)); /* greedy draws nothing */
     float neg[3] = {-INFINITY, -5, -5};
     assert_int_equal(sample_copy(neg, 3, &p, s), 1);
     sequence_destroy(s);
+}
+
+/* Philox4x32-10: the known-answer vectors of the Random123 distribution; the uniforms are a
+ * pure function of (seed, index), in [0, 1), distinct across seeds and indices, mean 1/2. */
+static void test_philox_uniforms(void **state) {
+    (void)state;
+    uint32_t c[4] = {0, 0, 0, 0};
+    cvllm_philox4x32_10(c, 0, 0);
+    assert_true(c[0] == 0x6627e8d5u && c[1] == 0xe169c58du && c[2] == 0xbc57ac4cu && c[3] == 0x9b00dbd8u);
+    uint32_t d[4] = {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu};
+    cvllm_philox4x32_10(d, 0xffffffffu, 0xffffffffu);
+    assert_true(d[0] == 0x408f276du && d[1] == 0x41c83b0eu && d[2] == 0xa20bc7c6u && d[3] == 0x6d5451fdu);
+    double sum = 0;
+    int differ = 0;
+    const int n = 100000;
+    for (int i = 0; i < n; i++) {
+        double x = cvllm_uniform(1234, (uint64_t)i), y = cvllm_uniform(1234, (uint64_t)i),
+               z = cvllm_uniform(1235, (uint64_t)i);
+        assert_true(x >= 0.0 && x < 1.0);
+        assert_true(x == y);
+        differ += x != z;
+        sum += x;
+    }
+    assert_true(differ > n - 10);
+    double mean = sum / n; /* sd of the mean: 0.2887 / sqrt(n) = 0.0009 */
+    assert_true(mean > 0.495 && mean < 0.505);
+    assert_true(cvllm_uniform(7, 0) != cvllm_uniform(7, 1ULL << 32)); /* the index's high word counts */
+}
+
+/* vLLM's penalties: repetition divides positive / multiplies negative logits of every id seen in
+ * the prompt or the output (once per id), frequency subtracts count x penalty and presence the
+ * penalty once, for output ids only. Greedy then shows the effect. */
+static void test_penalties(void **state) {
+    (void)state;
+    const int V = 8;
+    float base[8] = {2.0f, 1.9f, -1.0f, 0.5f, 0.4f, 0.0f, -3.0f, 1.0f};
+    int32_t prompt[2] = {0, 2}, output[3] = {1, 1, 3};
+    SamplingRow r = params(0, 0, 1, 0, 1);
+    r.prompt_ids = prompt, r.num_prompt = 2, r.output_ids = output, r.num_output = 3;
+    float x[8];
+    /* repetition 2: 0 -> 1.0, 1 -> 0.95, 2 -> -2.0, 3 -> 0.25; argmax becomes 7 (1.0 ties 0: lower id 0) */
+    r.repetition_penalty = 2.0f;
+    memcpy(x, base, sizeof x);
+    assert_int_equal(sampler_sample(x, V, &r, NULL, NULL, NULL, NULL), 0);
+    assert_true(x[0] == 1.0f && x[1] == 0.95f && x[2] == -2.0f && x[3] == 0.25f && x[4] == 0.4f);
+    /* frequency 0.5: id 1 (twice) -> 0.9, id 3 -> 0.0; presence 0.25 on top */
+    r.repetition_penalty = 1.0f;
+    r.frequency_penalty = 0.5f;
+    r.presence_penalty = 0.25f;
+    memcpy(x, base, sizeof x);
+    assert_int_equal(sampler_sample(x, V, &r, NULL, NULL, NULL, NULL), 0);
+    assert_true(fabsf(x[1] - 0.65f) < 1e-6f && fabsf(x[3] + 0.25f) < 1e-6f && x[0] == 2.0f && x[2] == -1.0f);
+    /* a large presence penalty moves greedy off a repeated id */
+    r.frequency_penalty = 0.0f;
+    r.presence_penalty = 2.0f;
+    float y[8] = {0.0f, 3.0f, -1.0f, 0.5f, 0.4f, 0.0f, -3.0f, 2.5f};
+    assert_int_equal(sampler_sample(y, V, &r, NULL, NULL, NULL, NULL), 7);
+}
+
+/* Log-probs: log_softmax of the raw logits (before penalties and temperature), the sampled id's
+ * and the top k best first, ties by lower id. */
+static void test_logprobs(void **state) {
+    (void)state;
+    const int V = 6;
+    float base[6] = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f, NAN};
+    double lse = 0;
+    for (int i = 0; i < 5; i++) lse += exp(base[i]);
+    lse = log(lse);
+    SamplingRow r = params(0, 0, 1, 0, 1);
+    r.num_logprobs = 3;
+    int32_t prompt[1] = {1};
+    r.prompt_ids = prompt, r.num_prompt = 1;
+    r.repetition_penalty = 4.0f; /* moves greedy from 1 to 3, not the log-probs */
+    float x[6], lp;
+    int32_t top[3];
+    float tlp[3];
+    memcpy(x, base, sizeof x);
+    int32_t tok = sampler_sample(x, V, &r, NULL, &lp, top, tlp);
+    assert_int_equal(tok, 3);
+    assert_true(fabs(lp - (3.0 - lse)) < 1e-5);
+    assert_int_equal(top[0], 1);
+    assert_int_equal(top[1], 3);
+    assert_int_equal(top[2], 2);
+    assert_true(fabs(tlp[0] - (3.0 - lse)) < 1e-5 && fabs(tlp[2] - (2.0 - lse)) < 1e-5);
+    /* temperature does not change them either */
+    r.temperature = 0.5f;
+    r.repetition_penalty = 1.0f;
+    memcpy(x, base, sizeof x);
+    tok = sampler_sample(x, V, &r, NULL, &lp, top, tlp);
+    assert_true(fabs(lp - (base[tok] - lse)) < 1e-5);
 }
 
 static void fill_random(float *x, int n, int quantize) {
@@ -255,7 +363,7 @@ static void test_matches_reference_on_large_vocab(void **state) {
             int32_t want = reference_sample(logits, V, &cases[c], u);
             float *x = malloc((size_t)V * sizeof(float));
             memcpy(x, logits, (size_t)V * sizeof(float));
-            int32_t got = sampler_sample(x, V, &cases[c], s, scratch);
+            int32_t got = sample_with(x, V, &cases[c], s, scratch);
             free(x);
             if (got != want) print_error("case %zu trial %d: got %d want %d\n", c, trial, got, want);
             assert_int_equal(got, want);
@@ -348,6 +456,9 @@ int main(void) {
         cmocka_unit_test(test_avx2_weights),
 #endif
         cmocka_unit_test(test_greedy_lowest_id_on_ties),
+        cmocka_unit_test(test_philox_uniforms),
+        cmocka_unit_test(test_penalties),
+        cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_top_k1_and_tiny_top_p_equal_greedy),
         cmocka_unit_test(test_temperature_frequencies),
         cmocka_unit_test(test_filters_frequencies),

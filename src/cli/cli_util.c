@@ -18,7 +18,8 @@ const char CLI_ENGINE_OPTIONS_HELP[] =
     "  --block-size N                 tokens per KV block, 16..256 (default 16)\n"
     "  --kv-cache-memory BYTES        KV cache budget, e.g. 2G, 512M (CPU default 2G)\n"
     "  --kv-cache-dtype auto|float32|bfloat16  KV cache elements (auto: float32 on the CPU)\n"
-    "  --gpu-memory-utilization F     CUDA: fraction of device memory (default 0.9)\n"
+    "  --gpu-memory-utilization F     GPU: fraction of device memory (default 0.9)\n"
+    "  --enforce-eager                GPU: no CUDA graphs\n"
     "  --no-enable-prefix-caching     turn automatic prefix caching off\n"
     "  --threads N                    CPU threads (default: all cores)\n"
     "  --quiet                        no start-up report on stderr\n";
@@ -87,6 +88,7 @@ int cli_parse_engine_option(int argc, char **argv, int *i, CvllmEngineOptions *o
     if (!strcmp(a, "--no-enable-prefix-caching")) { o->enable_prefix_caching = 0; return 1; }
     if (!strcmp(a, "--enable-prefix-caching")) { o->enable_prefix_caching = 1; return 1; }
     if (!strcmp(a, "--quiet")) { o->verbose = 0; return 1; }
+    if (!strcmp(a, "--enforce-eager")) { o->enforce_eager = 1; return 1; }
     if (!strcmp(a, "--device")) {
         if (!(v = cli_value(argc, argv, i))) return -1;
         if (!strcmp(v, "auto")) o->device = CVLLM_DEVICE_AUTO;

@@ -8,6 +8,7 @@
 
 #include "bench/pyrandom.h"
 #include "cli/cli_util.h"
+#include "backend/backend.h"
 #include "cli/commands.h"
 #include "common.h"
 
@@ -103,8 +104,9 @@ static int bench_throughput(int argc, char **argv) {
         CvllmOutput out;
         const int32_t *pp = warm;
         int len = 4;
-        if (cvllm_generate(e, 1, &pp, &len, &p, &out, NULL) < 0 || out.request_id < 0) {
-            fprintf(stderr, "cvllm bench: warm-up failed: %s\n", cvllm_last_error());
+        if (cvllm_generate(e, 1, &pp, &len, &p, &out) < 0 || out.request_id < 0 || out.error) {
+            fprintf(stderr, "cvllm bench: warm-up failed: %s\n", out.error ? out.error : cvllm_last_error());
+            cvllm_output_free(&out);
             goto done;
         }
         cvllm_output_free(&out);
@@ -128,7 +130,7 @@ static int bench_throughput(int argc, char **argv) {
     int64_t out_tokens = 0;
     int finished = 0;
     while (cvllm_engine_has_unfinished(e)) {
-        int g = cvllm_engine_step(e);
+        int g = cvllm_engine_step(e, NULL, NULL);
         if (g < 0) {
             fprintf(stderr, "\ncvllm bench: %s\n", cvllm_last_error());
             free(ids);
@@ -144,10 +146,6 @@ static int bench_throughput(int argc, char **argv) {
     }
     double elapsed = now_seconds() - t0;
     if (show) fputc('\n', stderr);
-    for (int i = 0; i < w.num_seqs; i++) {
-        CvllmOutput out;
-        if (cvllm_engine_take_output(e, ids[i], &out) == 1) cvllm_output_free(&out);
-    }
     free(ids);
     CvllmStats st;
     cvllm_engine_get_stats(e, &st);
@@ -178,6 +176,36 @@ done:
     return rc;
 }
 
+/* `bench ops [--device NAME] ...`: the named backend's own op benchmarks (default cpu). */
+static int bench_ops(int argc, char **argv) {
+    const char *device = "cpu";
+    char **rest = xcalloc((size_t)argc + 1, sizeof(char *));
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--device")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "cvllm bench ops: --device needs a value\n");
+                free(rest);
+                return 2;
+            }
+            device = argv[++i];
+        } else {
+            rest[n++] = argv[i];
+        }
+    }
+    const BackendEntry *be = backend_find(device);
+    int rc;
+    if (!be || !be->bench_ops) {
+        fprintf(stderr, "cvllm bench ops: no op benchmarks for device '%s' (compiled backends: %s)\n",
+                device, cvllm_backends());
+        rc = 2;
+    } else {
+        rc = be->bench_ops(n, rest);
+    }
+    free(rest);
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fprintf(argc < 2 ? stderr : stdout, "%s", USAGE);
@@ -185,7 +213,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "throughput")) return bench_throughput(argc - 1, argv + 1);
     if (!strcmp(argv[1], "tokenize")) return bench_tokenize(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "ops")) return bench_cpu_ops(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "ops")) return bench_ops(argc - 1, argv + 1);
     fprintf(stderr, "cvllm bench: unknown benchmark '%s'\n\n%s", argv[1], USAGE);
     return 2;
 }

@@ -5,9 +5,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/cli_sampling.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "cli/textgen.h"
 #include "common.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -15,10 +15,12 @@
 static const char USAGE[] =
     "usage: cvllm chat MODEL_DIR [options] [engine options]\n"
     "  --system TEXT                 a system message first\n"
-    "  --max-tokens N (1024)  --temperature F (0.7)  --top-p F (0.8)  --top-k N (20)\n"
-    "  --min-p F (0)  --seed N\n"
     "  --chat-template-kwargs JSON   extra template variables, e.g. '{\"enable_thinking\": false}'\n"
-    "Type a message and press Enter; an empty line or end of input quits.\n";
+    "  sampling options (below); defaults: --max-tokens -1 (what the context leaves),\n"
+    "  --temperature 0.7 --top-p 0.8 --top-k 20 (Qwen3's recommended values)\n"
+    "Type a message and press Enter; an empty line or end of input quits. A line of spaces is\n"
+    "ignored. Invalid UTF-8 or a NUL byte in a line is an error (the line is not sent).\n"
+    "Exit code: 0, or 1 if any turn failed.\n";
 
 int cmd_chat(int argc, char **argv) {
     CvllmEngineOptions eo;
@@ -26,33 +28,29 @@ int cmd_chat(int argc, char **argv) {
     eo.verbose = 0;
     CvllmSamplingParams p;
     cvllm_sampling_params_default(&p);
-    p.max_tokens = 1024;
+    p.max_tokens = -1; /* what the context leaves, as vLLM */
     p.temperature = 0.7f;
     p.top_p = 0.8f;
     p.top_k = 20;
+    CliSampling cs;
+    cli_sampling_init(&cs, &p);
     const char *model_dir = NULL, *system = NULL, *kwargs_text = NULL;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        long long n;
-        double f;
+        const char *a = argv[i];
         int r = cli_parse_engine_option(argc, argv, &i, &eo);
-        if (r < 0) return 2;
+        if (r == 0) r = cli_parse_sampling_option(argc, argv, &i, &cs);
+        if (r < 0) { cli_sampling_free(&cs); return 2; }
         if (r > 0) continue;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { printf("%s\n%s", USAGE, CLI_ENGINE_OPTIONS_HELP); return 0; }
-        else if (!strcmp(a, "--system")) { if (!(system = cli_value(argc, argv, &i))) return 2; }
-        else if (!strcmp(a, "--chat-template-kwargs")) { if (!(kwargs_text = cli_value(argc, argv, &i))) return 2; }
-        else if (!strcmp(a, "--max-tokens")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, INT32_MAX, &n) < 0) return 2; p.max_tokens = (int)n; }
-        else if (!strcmp(a, "--temperature")) { if (!(v = cli_value(argc, argv, &i)) || cli_float(a, v, 0, 1e6, &f) < 0) return 2; p.temperature = (float)f; }
-        else if (!strcmp(a, "--top-p")) { if (!(v = cli_value(argc, argv, &i)) || cli_float(a, v, 1e-9, 1, &f) < 0) return 2; p.top_p = (float)f; }
-        else if (!strcmp(a, "--top-k")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, -1, INT32_MAX, &n) < 0) return 2; p.top_k = (int)n; }
-        else if (!strcmp(a, "--min-p")) { if (!(v = cli_value(argc, argv, &i)) || cli_float(a, v, 0, 1, &f) < 0) return 2; p.min_p = (float)f; }
-        else if (!strcmp(a, "--seed")) { if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 0, INT64_MAX, &n) < 0) return 2; p.seed = n; }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { printf("%s\n%s\n%s", USAGE, CLI_SAMPLING_OPTIONS_HELP, CLI_ENGINE_OPTIONS_HELP); cli_sampling_free(&cs); return 0; }
+        else if (!strcmp(a, "--system")) { if (!(system = cli_value(argc, argv, &i))) { cli_sampling_free(&cs); return 2; } }
+        else if (!strcmp(a, "--chat-template-kwargs")) { if (!(kwargs_text = cli_value(argc, argv, &i))) { cli_sampling_free(&cs); return 2; } }
         else if (a[0] != '-' && !model_dir) model_dir = a;
-        else { fprintf(stderr, "cvllm chat: unknown argument '%s'\n\n%s", a, USAGE); return 2; }
+        else { fprintf(stderr, "cvllm chat: unknown argument '%s'\n\n%s", a, USAGE); cli_sampling_free(&cs); return 2; }
     }
-    if (!model_dir) { fprintf(stderr, "%s", USAGE); return 2; }
+    p = cs.p;
+    if (!model_dir) { fprintf(stderr, "%s", USAGE); cli_sampling_free(&cs); return 2; }
 
-    int rc = 1;
+    int rc = 1, failed_turns = 0;
     Tokenizer *tok = NULL;
     ChatTemplate *tmpl = NULL;
     CvllmEngine *e = NULL;
@@ -93,49 +91,58 @@ int cmd_chat(int argc, char **argv) {
         ssize_t len = getline(&line, &cap, stdin);
         if (len < 0) break;
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        if (len == 0) { if (interactive) break; else continue; }
-        json_array_append_new(messages, json_pack("{s:s,s:s}", "role", "user", "content", line));
+        if (len == 0) break; /* an empty line quits */
+        if (strlen(line) != (size_t)len) {
+            fprintf(stderr, "cvllm chat: the line contains a NUL byte; not sent\n");
+            failed_turns++;
+            continue;
+        }
+        int blank = 1;
+        for (ssize_t k = 0; k < len && blank; k++) blank = line[k] == ' ' || line[k] == '\t';
+        if (blank) continue;
+        json_t *msg = json_pack("{s:s,s:s}", "role", "user", "content", line);
+        if (!msg) { /* jansson refuses invalid UTF-8 */
+            fprintf(stderr, "cvllm chat: the line is not valid UTF-8; not sent\n");
+            failed_turns++;
+            continue;
+        }
+        json_array_append_new(messages, msg);
         char *prompt = NULL;
         if (chat_template_render(tmpl, vars, &prompt) < 0) { fprintf(stderr, "cvllm chat: chat template: %s\n", cvllm_last_error()); goto done; }
-        int32_t *ids = NULL;
-        int n = tokenizer_encode(tok, prompt, strlen(prompt), &ids);
+        CvllmRequest q = {.prompt = prompt, .prompt_len = strlen(prompt), .params = p};
+        int64_t id = cvllm_engine_submit(e, &q);
         free(prompt);
-        if (n < 0) { fprintf(stderr, "cvllm chat: %s\n", cvllm_last_error()); goto done; }
-        int64_t id = cvllm_engine_add_request(e, ids, n, &p);
-        free(ids);
         if (id < 0) {
             /* e.g. the conversation outgrew max_model_len: say so and forget the last message */
             fprintf(stderr, "cvllm chat: %s\n", cvllm_last_error());
             json_array_remove(messages, json_array_size(messages) - 1);
+            failed_turns++;
             continue;
         }
-        TextStream ts;
-        textgen_init(&ts, id, tok, NULL, 0);
+        json_t *reply = NULL;
         while (cvllm_engine_has_unfinished(e)) {
-            if (cvllm_engine_step(e) < 0 || textgen_update(e, &ts) < 0) {
-                fprintf(stderr, "cvllm chat: %s\n", cvllm_last_error());
-                textgen_free(&ts);
-                goto done;
+            const CvllmRequestOutput *outs;
+            int n;
+            cvllm_engine_step(e, &outs, &n);
+            for (int k = 0; k < n; k++) {
+                fwrite(outs[k].new_text, 1, outs[k].new_text_len, stdout);
+                fflush(stdout);
+                if (outs[k].finish_reason == CVLLM_FINISH_NONE) continue;
+                if (outs[k].error) {
+                    fprintf(stderr, "\ncvllm chat: %s\n", outs[k].error);
+                    failed_turns++;
+                } else {
+                    reply = json_pack("{s:s,s:s%}", "role", "assistant", "content", outs[k].text,
+                                      outs[k].text_len);
+                }
             }
-            const char *s;
-            size_t k;
-            textgen_streamable(&ts, &s, &k);
-            fwrite(s, 1, k, stdout);
-            fflush(stdout);
         }
-        textgen_update(e, &ts);
-        const char *s;
-        size_t k;
-        textgen_streamable(&ts, &s, &k);
-        fwrite(s, 1, k, stdout);
         fputc('\n', stdout);
         fflush(stdout);
-        json_array_append_new(messages, json_pack("{s:s,s:s%}", "role", "assistant", "content", ts.text, ts.len));
-        CvllmOutput out;
-        if (cvllm_engine_take_output(e, id, &out) == 1) cvllm_output_free(&out);
-        textgen_free(&ts);
+        if (reply) json_array_append_new(messages, reply);
+        else json_array_remove(messages, json_array_size(messages) - 1);
     }
-    rc = 0;
+    rc = failed_turns ? 1 : 0;
 done:
     free(line);
     json_decref(messages);
@@ -143,5 +150,6 @@ done:
     cvllm_engine_destroy(e);
     chat_template_free(tmpl);
     tokenizer_free(tok);
+    cli_sampling_free(&cs);
     return rc;
 }

@@ -4,11 +4,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli/cli_sampling.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
-#include "cli/textgen.h"
 #include "common.h"
-#include "tokenizer/tokenizer.h"
 
 static const char USAGE[] =
     "usage: cvllm complete MODEL_DIR [prompts] [sampling] [engine options]\n"
@@ -17,12 +16,12 @@ static const char USAGE[] =
     "  --prompt-ids 1,2,3         a prompt as token ids\n"
     "  --prompt-file F.jsonl      one request a line: {\"prompt\": \"...\"} or\n"
     "                             {\"prompt_token_ids\": [...]}, plus any sampling field below\n"
-    "sampling (defaults for every request; fields in --prompt-file lines override):\n"
-    "  --max-tokens N (16)  --temperature F (1.0; 0 = greedy)  --top-p F (1)  --top-k N (off)\n"
-    "  --min-p F (0)  --seed N  --ignore-eos  --stop STR (repeatable)  --stop-token-ids 1,2\n"
+    "sampling: defaults for every request (max_tokens 16, temperature 1); fields in\n"
+    "  --prompt-file lines override them (see below)\n"
     "output:\n"
     "  --output text|json         json: one array in submission order, each {prompt_token_ids,\n"
-    "                             token_ids, text, finish_reason, num_cached_tokens} or {error}\n";
+    "                             token_ids, text, finish_reason, num_cached_tokens[, logprobs,\n"
+    "                             top_logprobs]} or {error}\n";
 
 typedef struct {
     char *text;           /* prompt text or NULL */
@@ -32,24 +31,16 @@ typedef struct {
     int32_t *stop_ids;    /* owned */
     char **stops;         /* owned */
     int num_stops;
-    char *error;          /* refused: the reason (owned) */
+    char *error;          /* refused or failed: the reason (owned) */
     int64_t id;
-    TextStream ts;
+    json_t *result;       /* the finished request's JSON object */
+    int streamed;         /* text already printed (the streamed request) */
 } Req;
 
 typedef struct {
     Req *reqs;
     int n, cap;
 } ReqList;
-
-static const char *finish_name(CvllmFinishReason r) {
-    switch (r) {
-    case CVLLM_FINISH_STOP: return "stop";
-    case CVLLM_FINISH_LENGTH: return "length";
-    case CVLLM_FINISH_ABORT: return "abort";
-    default: return NULL;
-    }
-}
 
 static Req *new_req(ReqList *l, const CvllmSamplingParams *defaults, char **stops, int num_stops) {
     Req r = {0};
@@ -185,68 +176,62 @@ static json_t *ids_json(const int32_t *ids, int n) {
     return a;
 }
 
+/* The JSON result of a finished request. */
+static json_t *result_json(const CvllmRequestOutput *o, int have_tok) {
+    json_t *r = json_object();
+    json_object_set_new(r, "prompt_token_ids", ids_json(o->prompt_token_ids, o->num_prompt_tokens));
+    json_object_set_new(r, "token_ids", ids_json(o->token_ids, o->num_tokens));
+    json_object_set_new(r, "text", have_tok && o->text ? json_stringn(o->text, o->text_len) : json_null());
+    const char *fr = cvllm_finish_reason_name(o->finish_reason);
+    json_object_set_new(r, "finish_reason", fr ? json_string(fr) : json_null());
+    json_object_set_new(r, "num_cached_tokens", json_integer(o->num_cached_tokens));
+    if (o->logprobs) {
+        json_t *lp = json_array(), *top = json_array();
+        for (int t = 0; t < o->num_tokens; t++) {
+            json_array_append_new(lp, json_real(o->logprobs[t]));
+            json_t *row = json_array();
+            for (int k = 0; k < o->num_top_logprobs; k++)
+                json_array_append_new(row, json_pack("[i,f]", (json_int_t)o->top_logprob_ids[t * o->num_top_logprobs + k],
+                                                     (double)o->top_logprobs[t * o->num_top_logprobs + k]));
+            json_array_append_new(top, row);
+        }
+        json_object_set_new(r, "logprobs", lp);
+        json_object_set_new(r, "top_logprobs", top);
+    }
+    return r;
+}
+
 int cmd_complete(int argc, char **argv) {
     CvllmEngineOptions eo;
     cvllm_engine_options_default(&eo);
-    CvllmSamplingParams d;
-    cvllm_sampling_params_default(&d);
+    CvllmSamplingParams defaults;
+    cvllm_sampling_params_default(&defaults);
+    CliSampling cs;
+    cli_sampling_init(&cs, &defaults);
     const char *model_dir = NULL;
     int json_out = 0, rc = 2, any_error = 0;
-    char **stops = NULL;
-    int num_stops = 0, cap_stops = 0;
-    int32_t *stop_ids = NULL;
     ReqList l = {0};
     /* Prompts are collected in a first pass as raw argv indices, so that sampling flags given
      * after them still apply. */
     int *prompt_args = xcalloc((size_t)argc, sizeof(int));
     int num_prompt_args = 0;
-    Tokenizer *tok = NULL;
     CvllmEngine *e = NULL;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        long long n;
-        double f;
         int r = cli_parse_engine_option(argc, argv, &i, &eo);
         if (r < 0) goto done;
         if (r > 0) continue;
+        r = cli_parse_sampling_option(argc, argv, &i, &cs);
+        if (r < 0) goto done;
+        if (r > 0) continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("%s\n%s", USAGE, CLI_ENGINE_OPTIONS_HELP);
+            printf("%s\n%s\n%s", USAGE, CLI_SAMPLING_OPTIONS_HELP, CLI_ENGINE_OPTIONS_HELP);
             rc = 0;
             goto done;
         } else if (!strcmp(a, "--prompt") || !strcmp(a, "--prompt-ids") || !strcmp(a, "--prompt-file")) {
             if (!cli_value(argc, argv, &i)) goto done;
             prompt_args[num_prompt_args++] = i - 1;
-        } else if (!strcmp(a, "--max-tokens")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, INT32_MAX, &n) < 0) goto done;
-            d.max_tokens = (int)n;
-        } else if (!strcmp(a, "--temperature")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_float(a, v, 0, 1e6, &f) < 0) goto done;
-            d.temperature = (float)f;
-        } else if (!strcmp(a, "--top-p")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_float(a, v, 1e-9, 1, &f) < 0) goto done;
-            d.top_p = (float)f;
-        } else if (!strcmp(a, "--top-k")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, -1, INT32_MAX, &n) < 0) goto done;
-            d.top_k = (int)n;
-        } else if (!strcmp(a, "--min-p")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_float(a, v, 0, 1, &f) < 0) goto done;
-            d.min_p = (float)f;
-        } else if (!strcmp(a, "--seed")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 0, INT64_MAX, &n) < 0) goto done;
-            d.seed = n;
-        } else if (!strcmp(a, "--ignore-eos")) {
-            d.ignore_eos = 1;
-        } else if (!strcmp(a, "--stop")) {
-            if (!(v = cli_value(argc, argv, &i))) goto done;
-            DA_PUSH(stops, num_stops, cap_stops, (char *)v);
-        } else if (!strcmp(a, "--stop-token-ids")) {
-            if (!(v = cli_value(argc, argv, &i))) goto done;
-            free(stop_ids);
-            int k = cli_ids(a, v, &stop_ids);
-            if (k < 0) goto done;
-            d.stop_token_ids = stop_ids;
-            d.num_stop_token_ids = k;
         } else if (!strcmp(a, "--output")) {
             if (!(v = cli_value(argc, argv, &i))) goto done;
             if (!strcmp(v, "json")) json_out = 1;
@@ -269,68 +254,61 @@ int cmd_complete(int argc, char **argv) {
     for (int k = 0; k < num_prompt_args; k++) {
         int i = prompt_args[k];
         if (!strcmp(argv[i], "--prompt")) {
-            new_req(&l, &d, stops, num_stops)->text = xstrdup(argv[i + 1]);
+            new_req(&l, &cs.p, cs.stops, cs.num_stops)->text = xstrdup(argv[i + 1]);
         } else if (!strcmp(argv[i], "--prompt-ids")) {
-            Req *r = new_req(&l, &d, stops, num_stops);
+            Req *r = new_req(&l, &cs.p, cs.stops, cs.num_stops);
             if ((r->n = cli_ids("--prompt-ids", argv[i + 1], &r->ids)) < 0) goto done;
-        } else if (read_prompt_file(&l, argv[i + 1], &d, stops, num_stops) < 0) {
+        } else if (read_prompt_file(&l, argv[i + 1], &cs.p, cs.stops, cs.num_stops) < 0) {
             goto done;
         }
     }
     rc = 1;
-    /* The tokenizer is optional for id prompts: without it, "text" is null. */
-    int need_tok = 0;
-    for (int i = 0; i < l.n; i++) need_tok |= l.reqs[i].text != NULL || l.reqs[i].num_stops > 0;
-    char *tok_path = path_join(model_dir, "tokenizer.json");
-    int have_tok = access(tok_path, R_OK) == 0;
-    free(tok_path);
-    if (have_tok || need_tok) {
-        if (tokenizer_load(model_dir, &tok) < 0) {
-            fprintf(stderr, "cvllm complete: %s\n", cvllm_last_error());
-            goto done;
-        }
-    }
     if (cvllm_engine_create(model_dir, &eo, &e) < 0) {
         fprintf(stderr, "cvllm complete: %s\n", cvllm_last_error());
         goto done;
     }
+    int have_tok = cvllm_engine_tokenizer(e) != NULL;
     for (int i = 0; i < l.n; i++) {
         Req *r = &l.reqs[i];
         if (r->error) continue;
+        CvllmRequest q = {.prompt_token_ids = r->ids, .num_prompt_tokens = r->n, .params = r->p,
+                          .user = r};
         if (r->text) {
-            int n = tokenizer_encode(tok, r->text, strlen(r->text), &r->ids);
-            if (n < 0) { set_error(r, "%s", cvllm_last_error()); continue; }
-            r->n = n;
+            q.prompt = r->text;
+            q.prompt_len = strlen(r->text);
         }
-        r->id = cvllm_engine_add_request(e, r->ids, r->n, &r->p);
-        if (r->id < 0) { set_error(r, "%s", cvllm_last_error()); continue; }
-        textgen_init(&r->ts, r->id, tok, r->stops, r->num_stops);
+        q.params.stop = (const char *const *)r->stops;
+        q.params.num_stop = r->num_stops;
+        r->id = cvllm_engine_submit(e, &q);
+        if (r->id < 0) set_error(r, "%s", cvllm_last_error());
     }
     /* Stream to stdout when there is one text request and plain output. */
     Req *stream = NULL;
-    if (!json_out && l.n == 1 && l.reqs[0].id >= 0 && tok) {
+    if (!json_out && l.n == 1 && l.reqs[0].id >= 0 && have_tok) {
         stream = &l.reqs[0];
         if (stream->text) fputs(stream->text, stdout);
     }
+    int step_failed = 0;
     while (cvllm_engine_has_unfinished(e)) {
-        int s = cvllm_engine_step(e);
-        if (s < 0) {
-            fprintf(stderr, "cvllm complete: %s\n", cvllm_last_error());
-            goto done;
-        }
-        for (int i = 0; i < l.n; i++)
-            if (l.reqs[i].id >= 0 && textgen_update(e, &l.reqs[i].ts) < 0) {
-                fprintf(stderr, "cvllm complete: %s\n", cvllm_last_error());
-                goto done;
+        const CvllmRequestOutput *outs;
+        int n;
+        if (cvllm_engine_step(e, &outs, &n) < 0) step_failed = 1; /* the failed requests say why */
+        for (int k = 0; k < n; k++) {
+            const CvllmRequestOutput *o = &outs[k];
+            Req *r = NULL;
+            for (int i = 0; i < l.n && !r; i++)
+                if (l.reqs[i].id == o->request_id) r = &l.reqs[i];
+            if (!r) continue;
+            if (r == stream && o->new_text_len) {
+                fwrite(o->new_text, 1, o->new_text_len, stdout);
+                fflush(stdout);
             }
-        if (stream) {
-            const char *p;
-            size_t n;
-            textgen_streamable(&stream->ts, &p, &n);
-            fwrite(p, 1, n, stdout);
-            fflush(stdout);
+            if (o->finish_reason == CVLLM_FINISH_NONE) continue;
+            if (o->error) set_error(r, "%s", o->error);
+            r->result = result_json(o, have_tok);
         }
     }
+    (void)step_failed;
     json_t *arr = json_array();
     for (int i = 0; i < l.n; i++) {
         Req *r = &l.reqs[i];
@@ -340,40 +318,29 @@ int cmd_complete(int argc, char **argv) {
             if (r->ids) json_object_set_new(o, "prompt_token_ids", ids_json(r->ids, r->n));
             else if (r->text) json_object_set_new(o, "prompt", json_string(r->text));
             json_array_append_new(arr, o);
-            if (!json_out) fprintf(stderr, "cvllm complete: request %d refused: %s\n", i, r->error);
+            if (!json_out) fprintf(stderr, "cvllm complete: request %d %s: %s\n", i,
+                                   r->id < 0 ? "refused" : "failed", r->error);
             continue;
         }
-        CvllmOutput out;
-        if (cvllm_engine_take_output(e, r->id, &out) != 1) {
+        if (!r->result) {
             fprintf(stderr, "cvllm complete: request %d did not finish\n", i);
             goto done;
         }
-        json_t *o = json_object();
-        json_object_set_new(o, "prompt_token_ids", ids_json(out.prompt_token_ids, out.num_prompt_tokens));
-        json_object_set_new(o, "token_ids", ids_json(out.token_ids, out.num_tokens));
-        json_object_set_new(o, "text", tok ? json_stringn(r->ts.text, r->ts.len) : json_null());
-        const char *fr = finish_name(out.finish_reason);
-        json_object_set_new(o, "finish_reason", fr ? json_string(fr) : json_null());
-        json_object_set_new(o, "num_cached_tokens", json_integer(out.num_cached_tokens));
-        json_array_append_new(arr, o);
+        json_array_append(arr, r->result);
         if (!json_out && r != stream) {
-            if (tok) {
+            json_t *text = json_object_get(r->result, "text");
+            if (json_is_string(text)) {
                 if (r->text) fputs(r->text, stdout);
-                fwrite(r->ts.text, 1, r->ts.len, stdout);
+                fwrite(json_string_value(text), 1, json_string_length(text), stdout);
             } else {
-                for (int k = 0; k < out.num_tokens; k++) printf("%s%d", k ? "," : "", out.token_ids[k]);
+                json_t *ids = json_object_get(r->result, "token_ids");
+                for (size_t k = 0; k < json_array_size(ids); k++)
+                    printf("%s%lld", k ? "," : "", (long long)json_integer_value(json_array_get(ids, k)));
             }
             fputc('\n', stdout);
         }
-        cvllm_output_free(&out);
     }
-    if (stream) {
-        const char *p;
-        size_t n;
-        textgen_streamable(&stream->ts, &p, &n);
-        fwrite(p, 1, n, stdout);
-        fputc('\n', stdout);
-    }
+    if (stream && !stream->error) fputc('\n', stdout);
     if (json_out) {
         char *s = json_dumps(arr, JSON_COMPACT | JSON_ENSURE_ASCII);
         puts(s);
@@ -390,14 +357,12 @@ done:
         free(r->error);
         for (int k = 0; k < r->num_stops; k++) free(r->stops[k]);
         free(r->stops);
-        if (r->id >= 0) textgen_free(&r->ts);
+        json_decref(r->result);
     }
     free(l.reqs);
-    free(stops);
-    free(stop_ids);
+    cli_sampling_free(&cs);
     free(prompt_args);
     cvllm_engine_destroy(e);
-    tokenizer_free(tok);
     fflush(stdout);
     return rc;
 }

@@ -13,6 +13,5 @@ int cmd_template(int argc, char **argv);   /* cmd_template.c */
 
 /* `cvllm bench` sub-benchmarks (argv[0] = the benchmark's name). */
 int bench_tokenize(int argc, char **argv); /* bench_tokenize.c */
-int bench_cpu_ops(int argc, char **argv);  /* bench_cpu.c */
 
 #endif

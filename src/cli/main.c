@@ -34,7 +34,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
-        printf("cvllm %s (backends: %s)\n", cvllm_version(), cvllm_backends());
+        printf("cvllm %s (backends: %s)\n%s\n", cvllm_version(), cvllm_backends(),
+               cvllm_backends_report());
         return 0;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {

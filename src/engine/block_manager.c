@@ -38,7 +38,11 @@ typedef struct {
     int pos;                /* its index in that sequence's block table */
     int free_prev, free_next; /* free-list links (-1 = none) */
     int hnext;              /* next block in the same hash bucket (-1 = none) */
+    int64_t ready_step;     /* registered block: the step that writes (or wrote) its K/V;
+                               BLOCK_NOT_READY until a step is scheduled to write it */
 } Block;
+
+#define BLOCK_NOT_READY INT64_MAX
 
 struct BlockManager {
     int num_blocks, block_size, enable_prefix_caching;
@@ -48,7 +52,8 @@ struct BlockManager {
     uint64_t bucket_mask;
     int free_head, free_tail, num_free;
     BlockHashFn hash_fn;
-    int64_t queries, hits;
+    int64_t queries, hits, query_tokens, hit_tokens;
+    int64_t step;       /* the step being scheduled (block_manager_begin_step) */
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -178,6 +183,7 @@ static int map_lookup(const BlockManager *bm, uint64_t hash, uint64_t prev_hash,
     for (int id = bm->buckets[hash & bm->bucket_mask]; id >= 0; id = bm->blocks[id].hnext) {
         const Block *b = &bm->blocks[id];
         if (b->hash != hash || b->prev_hash != prev_hash || b->pos != pos) continue;
+        if (b->ready_step > bm->step) continue; /* its K/V comes in a later step */
         if (memcmp(bm->tokens + (size_t)id * bm->block_size, tokens,
                    (size_t)bm->block_size * sizeof(int32_t)) != 0)
             continue;
@@ -185,6 +191,20 @@ static int map_lookup(const BlockManager *bm, uint64_t hash, uint64_t prev_hash,
         if (found < 0) found = id;
     }
     return found;
+}
+
+/* Registers block id as full block pos of a sequence (prev = the hash of block pos-1). */
+static void register_block(BlockManager *bm, int id, uint64_t prev, int pos, const int32_t *t,
+                           int64_t ready_step) {
+    Block *b = &bm->blocks[id];
+    CHECK(!b->has_hash && b->ref == 1, "registering block %d (pos %d): has_hash %d, ref %d", id,
+          pos, b->has_hash, b->ref);
+    memcpy(bm->tokens + (size_t)id * bm->block_size, t, (size_t)bm->block_size * sizeof(int32_t));
+    b->hash = bm->hash_fn(prev, t, bm->block_size);
+    b->prev_hash = prev;
+    b->pos = pos;
+    b->ready_step = ready_step;
+    map_insert(bm, id);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -257,12 +277,45 @@ void block_manager_allocate(BlockManager *bm, Sequence *seq) {
     }
     for (int i = hits; i < total; i++) seq->block_table[i] = take_new_block(bm);
     seq->num_blocks = total;
-    seq->num_hashed_blocks = hits;
+    seq->num_registered_blocks = hits;
+    /* The new full blocks are registered now, not once computed, so that a request admitted
+     * later in the same step finds them: they become hittable when a step is scheduled to write
+     * them (block_manager_mark_scheduled), since within a step every K/V store of a layer
+     * precedes that layer's attention reads. */
+    if (bm->enable_prefix_caching) {
+        int nfull = seq->num_tokens / bs;
+        for (int i = hits; i < nfull; i++) {
+            uint64_t prev = i ? bm->blocks[seq->block_table[i - 1]].hash : BLOCK_HASH_ROOT;
+            register_block(bm, seq->block_table[i], prev, i, seq->token_ids + (size_t)i * bs,
+                           BLOCK_NOT_READY);
+        }
+        if (nfull > hits) seq->num_registered_blocks = nfull;
+    }
     seq->num_hit_tokens = hits * bs;
     int last = seq->num_tokens > 0 ? seq->num_tokens - 1 : 0;
-    seq->num_cached_tokens = seq->num_hit_tokens < last ? seq->num_hit_tokens : last;
+    seq->num_computed_tokens = seq->num_hit_tokens < last ? seq->num_hit_tokens : last;
     bm->queries += looked_up;
     bm->hits += hits;
+    bm->query_tokens += seq->num_tokens;
+    bm->hit_tokens += seq->num_hit_tokens;
+}
+
+void block_manager_begin_step(BlockManager *bm, int64_t step) { bm->step = step; }
+
+void block_manager_mark_scheduled(BlockManager *bm, Sequence *seq, int end) {
+    int full = end / bm->block_size;
+    if (full > seq->num_registered_blocks) full = seq->num_registered_blocks;
+    for (int i = 0; i < full; i++) {
+        Block *b = &bm->blocks[seq->block_table[i]];
+        if (b->ready_step > bm->step) b->ready_step = bm->step;
+    }
+}
+
+void block_manager_forget_step(BlockManager *bm, int64_t step) {
+    for (int id = 0; id < bm->num_blocks; id++) {
+        Block *b = &bm->blocks[id];
+        if (b->has_hash && b->ready_step == step) b->ready_step = BLOCK_NOT_READY;
+    }
 }
 
 void block_manager_deallocate(BlockManager *bm, Sequence *seq) {
@@ -273,13 +326,14 @@ void block_manager_deallocate(BlockManager *bm, Sequence *seq) {
         Block *b = &bm->blocks[id];
         CHECK(b->ref > 0, "block %d of seq %lld has ref %d", id, (long long)seq->id, b->ref);
         if (--b->ref == 0) {
+            if (b->has_hash && b->ready_step == BLOCK_NOT_READY) map_remove(bm, id); /* no K/V */
             if (b->has_hash) free_list_push_tail(bm, id);
             else free_list_push_head(bm, id);
         }
     }
     seq->num_blocks = 0;
-    seq->num_hashed_blocks = 0;
-    seq->num_cached_tokens = 0;
+    seq->num_registered_blocks = 0;
+    seq->num_computed_tokens = 0;
     seq->num_hit_tokens = 0;
 }
 
@@ -297,28 +351,19 @@ void block_manager_append(BlockManager *bm, Sequence *seq) {
 void block_manager_commit(BlockManager *bm, Sequence *seq) {
     if (!bm->enable_prefix_caching) return;
     int bs = bm->block_size;
-    int computed = seq->num_cached_tokens < seq->num_tokens ? seq->num_cached_tokens : seq->num_tokens;
+    int computed = seq->num_computed_tokens < seq->num_tokens ? seq->num_computed_tokens : seq->num_tokens;
     int full = computed / bs;
     if (full > seq->num_blocks) full = seq->num_blocks;
-    for (int i = seq->num_hashed_blocks; i < full; i++) {
-        int id = seq->block_table[i];
-        Block *b = &bm->blocks[id];
-        CHECK(!b->has_hash && b->ref == 1, "committing block %d (pos %d): has_hash %d, ref %d", id,
-              i, b->has_hash, b->ref);
+    for (int i = seq->num_registered_blocks; i < full; i++) {
         uint64_t prev = BLOCK_HASH_ROOT;
         if (i > 0) {
             const Block *pb = &bm->blocks[seq->block_table[i - 1]];
             CHECK(pb->has_hash, "block %d before pos %d has no hash", seq->block_table[i - 1], i);
             prev = pb->hash;
         }
-        const int32_t *t = seq->token_ids + (size_t)i * bs;
-        memcpy(bm->tokens + (size_t)id * bs, t, (size_t)bs * sizeof(int32_t));
-        b->hash = bm->hash_fn(prev, t, bs);
-        b->prev_hash = prev;
-        b->pos = i;
-        map_insert(bm, id);
+        register_block(bm, seq->block_table[i], prev, i, seq->token_ids + (size_t)i * bs, bm->step);
     }
-    if (full > seq->num_hashed_blocks) seq->num_hashed_blocks = full;
+    if (full > seq->num_registered_blocks) seq->num_registered_blocks = full;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -343,3 +388,10 @@ int block_manager_block_hash(const BlockManager *bm, int block_id, uint64_t *has
 
 int64_t block_manager_queries(const BlockManager *bm) { return bm->queries; }
 int64_t block_manager_hits(const BlockManager *bm) { return bm->hits; }
+int64_t block_manager_query_tokens(const BlockManager *bm) { return bm->query_tokens; }
+int64_t block_manager_hit_tokens(const BlockManager *bm) { return bm->hit_tokens; }
+int block_manager_num_cached_free(const BlockManager *bm) {
+    int n = 0;
+    for (int id = bm->free_head; id >= 0; id = bm->blocks[id].free_next) n += bm->blocks[id].has_hash;
+    return n;
+}

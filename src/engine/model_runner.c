@@ -1,10 +1,10 @@
-/* model_runner.c: step inputs for the backend, and sampling of its logits. */
+/* model_runner.c: step inputs for the backend (the contract is in backend.h), and what it
+ * sampled. */
 #include "engine/model_runner.h"
 
 #include <string.h>
 
 #include "common.h"
-#include "engine/sampler.h"
 
 struct ModelRunner {
     Backend *backend; /* borrowed */
@@ -14,8 +14,12 @@ struct ModelRunner {
     int64_t *slot_mapping;
     int32_t *logits_indices;
     int *logits_row_of_seq; /* [max_num_seqs]: row in logits, or -1 */
-    float *logits;          /* [max_num_seqs, vocab] */
-    void *sampler_scratch;
+    SamplingRow *sampling;  /* [max_num_seqs] */
+    int32_t *out_ids;       /* [max_num_seqs] */
+    float *out_logprobs;    /* [max_num_seqs] */
+    int32_t *out_top_ids;   /* [max_num_seqs, CVLLM_MAX_LOGPROBS] */
+    float *out_top_lp;      /* same */
+    float *logits;          /* [max_num_seqs, vocab] in logits mode, else NULL */
     StepInputs in;
     LogitsHook hook;
     void *hook_ctx;
@@ -41,8 +45,11 @@ ModelRunner *model_runner_create(Backend *backend, int vocab_size, int block_siz
     r->block_tables = xmalloc(S * (size_t)r->max_blocks_per_seq * sizeof(int32_t));
     r->logits_indices = xmalloc(S * sizeof(int32_t));
     r->logits_row_of_seq = xmalloc(S * sizeof(int));
-    r->logits = xmalloc(S * (size_t)vocab_size * sizeof(float));
-    r->sampler_scratch = xmalloc(sampler_scratch_bytes(vocab_size));
+    r->sampling = xcalloc(S, sizeof(SamplingRow));
+    r->out_ids = xmalloc(S * sizeof(int32_t));
+    r->out_logprobs = xmalloc(S * sizeof(float));
+    r->out_top_ids = xmalloc(S * CVLLM_MAX_LOGPROBS * sizeof(int32_t));
+    r->out_top_lp = xmalloc(S * CVLLM_MAX_LOGPROBS * sizeof(float));
     return r;
 }
 
@@ -57,19 +64,26 @@ void model_runner_destroy(ModelRunner *r) {
     free(r->block_tables);
     free(r->logits_indices);
     free(r->logits_row_of_seq);
+    free(r->sampling);
+    free(r->out_ids);
+    free(r->out_logprobs);
+    free(r->out_top_ids);
+    free(r->out_top_lp);
     free(r->logits);
-    free(r->sampler_scratch);
     free(r);
 }
 
 /* Shared by prefill and decode: seq i computes tokens [start_i, start_i + len_i). */
 static const StepInputs *prepare(ModelRunner *r, Sequence **seqs, int n, int is_prefill) {
     CHECK(n >= 1 && n <= r->max_num_seqs, "batch of %d sequences (limit %d)", n, r->max_num_seqs);
-    int bs = r->block_size, t = 0, max_q = 0, max_k = 0, num_logits = 0;
+    int bs = r->block_size, t = 0, max_q = 0, max_k = 0, num_logits = 0, any_penalty = 0;
     r->cu_seqlens_q[0] = r->cu_seqlens_k[0] = 0;
     for (int i = 0; i < n; i++) {
         Sequence *s = seqs[i];
-        int start = is_prefill ? s->num_cached_tokens : s->num_tokens - 1;
+        int start = is_prefill ? s->num_computed_tokens : s->num_tokens - 1;
+        CHECK(is_prefill || s->num_computed_tokens == s->num_tokens - 1,
+              "seq %lld in a decode step with %d of %d tokens computed", (long long)s->id,
+              s->num_computed_tokens, s->num_tokens);
         int len = is_prefill ? s->num_scheduled_tokens : 1;
         int end = start + len;
         CHECK(len >= 1 && end <= s->num_tokens, "seq %lld: tokens [%d, %d) of %d", (long long)s->id,
@@ -94,6 +108,23 @@ static const StepInputs *prepare(ModelRunner *r, Sequence **seqs, int n, int is_
         memcpy(row, s->block_table, (size_t)s->num_blocks * sizeof(int32_t));
         for (int b = s->num_blocks; b < r->max_blocks_per_seq; b++) row[b] = -1;
         if (end == s->num_tokens) {
+            const SamplingParams *p = &s->params;
+            SamplingRow *row = &r->sampling[num_logits];
+            *row = (SamplingRow){.temperature = p->temperature,
+                                 .top_p = p->top_p,
+                                 .top_k = p->top_k,
+                                 .min_p = p->min_p,
+                                 .presence_penalty = p->presence_penalty,
+                                 .frequency_penalty = p->frequency_penalty,
+                                 .repetition_penalty = p->repetition_penalty,
+                                 .seed = p->seed,
+                                 .num_logprobs = p->num_logprobs,
+                                 .prompt_ids = s->token_ids,
+                                 .num_prompt = s->num_prompt_tokens,
+                                 .output_ids = s->token_ids + s->num_prompt_tokens,
+                                 .num_output = s->num_tokens - s->num_prompt_tokens};
+            any_penalty |= p->presence_penalty != 0 || p->frequency_penalty != 0 ||
+                           p->repetition_penalty != 1;
             r->logits_row_of_seq[i] = num_logits;
             r->logits_indices[num_logits++] = t - 1;
         } else {
@@ -116,6 +147,8 @@ static const StepInputs *prepare(ModelRunner *r, Sequence **seqs, int n, int is_
         .max_blocks_per_seq = r->max_blocks_per_seq,
         .logits_indices = r->logits_indices,
         .num_logits = num_logits,
+        .sampling = r->sampling,
+        .any_penalty = any_penalty,
     };
     return &r->in;
 }
@@ -128,18 +161,26 @@ const StepInputs *model_runner_prepare_decode(ModelRunner *r, Sequence **seqs, i
     return prepare(r, seqs, n, 0);
 }
 
-int model_runner_run(ModelRunner *r, Sequence **seqs, int n, int is_prefill, int32_t *tokens) {
+int model_runner_run(ModelRunner *r, Sequence **seqs, int n, int is_prefill, SampledToken *out) {
     const StepInputs *in = is_prefill ? model_runner_prepare_prefill(r, seqs, n)
                                       : model_runner_prepare_decode(r, seqs, n);
-    int rc = r->backend->forward(r->backend, in, r->logits);
+    StepOutputs so = {.token_ids = r->out_ids,
+                      .logprobs = r->out_logprobs,
+                      .top_ids = r->out_top_ids,
+                      .top_logprobs = r->out_top_lp,
+                      .logits = r->hook ? r->logits : NULL};
+    int rc = r->backend->forward(r->backend, in, &so);
     if (rc < 0) return rc;
     for (int i = 0; i < n; i++) {
         int row = r->logits_row_of_seq[i];
-        if (row >= 0 && r->hook)
+        out[i] = (SampledToken){.token = -1};
+        if (row < 0) continue;
+        if (r->hook)
             r->hook(r->hook_ctx, seqs[i], r->logits + (size_t)row * r->vocab_size, r->vocab_size);
-        tokens[i] = row < 0 ? -1
-                            : sampler_sample(r->logits + (size_t)row * r->vocab_size, r->vocab_size,
-                                             &seqs[i]->params, seqs[i], r->sampler_scratch);
+        out[i].token = r->out_ids[row];
+        out[i].logprob = r->out_logprobs[row];
+        out[i].top_ids = r->out_top_ids + (size_t)row * CVLLM_MAX_LOGPROBS;
+        out[i].top_logprobs = r->out_top_lp + (size_t)row * CVLLM_MAX_LOGPROBS;
     }
     return 0;
 }
@@ -147,9 +188,5 @@ int model_runner_run(ModelRunner *r, Sequence **seqs, int n, int is_prefill, int
 void model_runner_set_logits_hook(ModelRunner *r, LogitsHook fn, void *ctx) {
     r->hook = fn;
     r->hook_ctx = ctx;
-}
-
-const float *model_runner_last_logits(const ModelRunner *r, int i) {
-    if (i < 0 || i >= r->in.num_seqs || r->logits_row_of_seq[i] < 0) return NULL;
-    return r->logits + (size_t)r->logits_row_of_seq[i] * r->vocab_size;
+    if (fn && !r->logits) r->logits = xmalloc((size_t)r->max_num_seqs * r->vocab_size * sizeof(float));
 }

@@ -5,8 +5,8 @@
  * running: an array in admission order (the last one is the newest, the first to be preempted).
  * batch:   the step's sequences, owned here, valid until the next scheduler_schedule().
  *
- * A running sequence is "in prefill" while num_cached_tokens < num_tokens - 1; one with
- * num_cached_tokens == num_tokens - 1 needs exactly its last token computed, which is a decode
+ * A running sequence is "in prefill" while num_computed_tokens < num_tokens - 1; one with
+ * num_computed_tokens == num_tokens - 1 needs exactly its last token computed, which is a decode
  * (this includes a prefill chunk that stopped one token short: it finishes in the decode step). */
 #include "engine/scheduler.h"
 
@@ -25,6 +25,7 @@ struct Scheduler {
     Sequence **batch;    /* [blen], the last schedule's result */
     int blen, bcap;
     int64_t num_preemptions;
+    int64_t step;        /* steps scheduled so far */
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -144,12 +145,16 @@ int scheduler_is_finished(const Scheduler *s) { return s->wlen == 0 && s->rlen =
 int scheduler_num_running(const Scheduler *s) { return s->rlen; }
 int scheduler_num_waiting(const Scheduler *s) { return s->wlen; }
 int64_t scheduler_num_preemptions(const Scheduler *s) { return s->num_preemptions; }
+int64_t scheduler_current_step(const Scheduler *s) { return s->step; }
+Sequence *scheduler_running_at(const Scheduler *s, int i) { return i >= 0 && i < s->rlen ? s->running[i] : NULL; }
+Sequence *scheduler_waiting_at(Scheduler *s, int i) { return i >= 0 && i < s->wlen ? *waiting_at(s, i) : NULL; }
 
 /* ---------------------------------------------------------------------------------------------
  * Scheduling */
 
 static void batch_push(Scheduler *s, Sequence *seq, int num_tokens) {
     seq->num_scheduled_tokens = num_tokens;
+    block_manager_mark_scheduled(s->bm, seq, seq->num_computed_tokens + num_tokens);
     DA_PUSH(s->batch, s->blen, s->bcap, seq);
 }
 
@@ -169,7 +174,7 @@ static void preempt(Scheduler *s, Sequence *seq) {
 static int refuse_head(Scheduler *s, Sequence **refused) {
     Sequence *seq = waiting_pop_front(s);
     int need = blocks_for_tokens(seq->num_tokens, block_manager_block_size(s->bm));
-    finish(s, seq, CVLLM_FINISH_ABORT);
+    finish(s, seq, CVLLM_FINISH_ERROR);
     if (refused) *refused = seq;
     return cvllm_errorf(CVLLM_ENOMEM,
                         "request %lld needs %d KV-cache blocks for its %d tokens, but the whole "
@@ -179,6 +184,7 @@ static int refuse_head(Scheduler *s, Sequence **refused) {
 
 int scheduler_schedule(Scheduler *s, Sequence ***batch, int *n, int *is_prefill, Sequence **refused) {
     s->blen = 0;
+    block_manager_begin_step(s->bm, ++s->step);
     *batch = NULL; /* set on return: the array may grow while the batch is built */
     *n = 0;
     *is_prefill = 0;
@@ -189,8 +195,8 @@ int scheduler_schedule(Scheduler *s, Sequence ***batch, int *n, int *is_prefill,
     /* 1a. Unfinished prefills (chunked prompts, resumed sequences) continue first. */
     for (int i = 0; i < s->rlen && budget > 0; i++) {
         Sequence *seq = s->running[i];
-        if (seq->num_cached_tokens >= seq->num_tokens - 1) continue; /* decode-ready */
-        int left = seq->num_tokens - seq->num_cached_tokens;
+        if (seq->num_computed_tokens >= seq->num_tokens - 1) continue; /* decode-ready */
+        int left = seq->num_tokens - seq->num_computed_tokens;
         int take = left < budget ? left : budget;
         batch_push(s, seq, take);
         budget -= take;
@@ -217,10 +223,10 @@ int scheduler_schedule(Scheduler *s, Sequence ***batch, int *n, int *is_prefill,
         waiting_pop_front(s);
         admitted++;
         block_manager_allocate(s->bm, seq);
-        if (seq->num_preemptions == 0) seq->num_prefix_cached = seq->num_cached_tokens;
+        if (seq->num_preemptions == 0) seq->first_hit_tokens = seq->num_computed_tokens;
         seq->status = SEQ_RUNNING;
         DA_PUSH(s->running, s->rlen, s->rcap, seq);
-        int left = seq->num_tokens - seq->num_cached_tokens;
+        int left = seq->num_tokens - seq->num_computed_tokens;
         int take = left < budget ? left : budget;
         batch_push(s, seq, take);
         budget -= take;
@@ -273,19 +279,19 @@ void scheduler_postprocess(Scheduler *s, Sequence **batch, int n, const int32_t 
     for (int i = 0; i < n; i++) {
         Sequence *seq = batch[i];
         if (seq->status != SEQ_RUNNING) continue; /* aborted between schedule and postprocess */
-        seq->num_cached_tokens += seq->num_scheduled_tokens;
-        CHECK(seq->num_cached_tokens <= seq->num_tokens, "seq %lld: cached %d > tokens %d",
-              (long long)seq->id, seq->num_cached_tokens, seq->num_tokens);
+        seq->num_computed_tokens += seq->num_scheduled_tokens;
+        CHECK(seq->num_computed_tokens <= seq->num_tokens, "seq %lld: cached %d > tokens %d",
+              (long long)seq->id, seq->num_computed_tokens, seq->num_tokens);
         block_manager_commit(s->bm, seq);
         int32_t tok = tokens[i];
         if (tok < 0) {
-            CHECK(seq->num_cached_tokens < seq->num_tokens,
+            CHECK(seq->num_computed_tokens < seq->num_tokens,
                   "seq %lld reached its last token but got no sampled token", (long long)seq->id);
             continue;
         }
-        CHECK(seq->num_cached_tokens == seq->num_tokens,
+        CHECK(seq->num_computed_tokens == seq->num_tokens,
               "seq %lld got a token with %d of %d tokens computed", (long long)seq->id,
-              seq->num_cached_tokens, seq->num_tokens);
+              seq->num_computed_tokens, seq->num_tokens);
         sequence_append_token(seq, tok);
         const SamplingParams *p = &seq->params;
         CvllmFinishReason reason = CVLLM_FINISH_NONE;
@@ -293,6 +299,7 @@ void scheduler_postprocess(Scheduler *s, Sequence **batch, int n, const int32_t 
             reason = CVLLM_FINISH_STOP;
         else if (contains32(p->stop_token_ids, p->num_stop_token_ids, tok))
             reason = CVLLM_FINISH_STOP;
+        if (reason == CVLLM_FINISH_STOP) seq->stop_token_id = tok;
         else if (p->max_tokens > 0 && sequence_num_completion_tokens(seq) >= p->max_tokens)
             reason = CVLLM_FINISH_LENGTH;
         else if (s->cfg.max_model_len > 0 && seq->num_tokens >= s->cfg.max_model_len)
@@ -302,4 +309,11 @@ void scheduler_postprocess(Scheduler *s, Sequence **batch, int n, const int32_t 
             finish(s, seq, reason);
         }
     }
+}
+
+void scheduler_finish(Scheduler *s, Sequence *seq, CvllmFinishReason reason) {
+    if (seq->status == SEQ_FINISHED) return;
+    if (!waiting_remove(s, seq)) CHECK(running_remove(s, seq), "seq %lld is neither waiting nor "
+                                       "running", (long long)seq->id);
+    finish(s, seq, reason);
 }

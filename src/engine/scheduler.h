@@ -10,7 +10,7 @@
  *     sequence the block it needs, the newest running sequence is preempted (blocks freed, status
  *     back to waiting at the head of the queue, recomputed later; possibly the sequence itself).
  *
- * A running sequence with num_cached_tokens == num_tokens - 1 is decode-ready (this includes a prefill
+ * A running sequence with num_computed_tokens == num_tokens - 1 is decode-ready (this includes a prefill
  * chunk that stopped one token short of the end: its last token is computed by a decode step).
  *
  * postprocess() appends the sampled tokens, checks stops (EOS unless ignore_eos, stop token ids,
@@ -45,18 +45,25 @@ int scheduler_is_finished(const Scheduler *s);
 int scheduler_num_running(const Scheduler *s);
 int scheduler_num_waiting(const Scheduler *s);
 int64_t scheduler_num_preemptions(const Scheduler *s);
+int64_t scheduler_current_step(const Scheduler *s); /* the number of the last scheduled step */
+/* The i-th running (admission order) / waiting (queue order) sequence, or NULL. */
+Sequence *scheduler_running_at(const Scheduler *s, int i);
+Sequence *scheduler_waiting_at(Scheduler *s, int i);
+/* Finishes a waiting or running sequence with reason (a stop string, an abort): blocks released,
+ * removed from its queue. No effect on a finished one. */
+void scheduler_finish(Scheduler *s, Sequence *seq, CvllmFinishReason reason);
 
 /* Chooses the next step. Fills *batch (owned by the scheduler, valid until the next call) with n
  * sequences, each with num_scheduled_tokens set and its block table covering the tokens it will
  * write. Returns 0 with n = 0 if there is nothing to run. Returns CVLLM_ENOMEM if a waiting
  * sequence can never fit (its blocks exceed the whole cache): that sequence is finished with
- * CVLLM_FINISH_ABORT and *refused set to it so that the engine can report it, n = 0, and nothing
+ * CVLLM_FINISH_ERROR (the message is this thread's last error) and *refused set to it so that the engine can report it, n = 0, and nothing
  * else changed in a way that matters: call again to schedule the rest. (Also when nothing runs and
  * the cache still cannot take the head of waiting.) */
 int scheduler_schedule(Scheduler *s, Sequence ***batch, int *n, int *is_prefill, Sequence **refused);
 
 /* tokens[i] is the token sampled for batch[i], or -1 when batch[i] computed a prefill chunk that
- * did not reach its last token. Advances num_cached_tokens by num_scheduled_tokens for each. */
+ * did not reach its last token. Advances num_computed_tokens by num_scheduled_tokens for each. */
 void scheduler_postprocess(Scheduler *s, Sequence **batch, int n, const int32_t *tokens);
 
 #endif

@@ -28,8 +28,10 @@
 
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/sampler.h"
 #include "backend/cpu/threadpool.h"
 #include "common.h"
 
@@ -47,10 +49,10 @@ typedef struct {
 
 /* CVLLM_CPU_PROFILE=1: wall time per op, printed when the backend is destroyed. */
 enum { PROF_NORMS, PROF_QKV, PROF_ROPE_STORE, PROF_ATTENTION, PROF_O, PROF_GATE_UP, PROF_DOWN,
-       PROF_LM_HEAD, PROF_N };
+       PROF_LM_HEAD, PROF_SAMPLE, PROF_N };
 static const char *const PROF_NAMES[PROF_N] = {"norms+residual+embed", "qkv", "qk_norm+rope+store",
                                                "attention", "o_proj", "gate_up+silu", "down",
-                                               "lm_head"};
+                                               "lm_head", "sample"};
 
 typedef struct {
     ModelConfig cfg;
@@ -74,6 +76,9 @@ typedef struct {
     float *ws;             /* owned: the activation workspace, carved below */
     float *x;              /* [max_num_tokens, hidden] residual stream */
     int32_t *token_seq;    /* [max_num_tokens] the sequence of each token */
+    int32_t *token_keys;   /* [max_num_tokens] the keys each token attends to (from cu_seqlens) */
+    float *logits;         /* [max_num_seqs, vocab] one step's logits rows */
+    void *sampler_scratch; /* sampler_scratch_bytes(vocab) */
     float *h, *tmp;        /* [S, hidden] normed input, matmul output */
     float *q, *k, *v, *att;/* [S, q_dim], [S, kv_dim] x2, [S, q_dim] */
     float *g, *u;          /* [S, inter] */
@@ -149,14 +154,21 @@ static void pack_weights(CpuBackend *c) {
     }
 }
 
-static int cpu_forward(Backend *b, const StepInputs *in, float *logits);
-static int64_t cpu_available_kv_bytes(Backend *b);
+static int cpu_forward(Backend *b, const StepInputs *in, StepOutputs *out);
+static int64_t cpu_kv_block_bytes(Backend *b, int block_size, DType dtype);
+static DType cpu_kv_default_dtype(Backend *b);
+static int64_t cpu_kv_budget_bytes(Backend *b);
 static int cpu_init_kv_cache(Backend *b, const KVCacheSpec *spec);
 static void cpu_destroy(Backend *b);
 
 int backend_cpu_create(const ModelConfig *cfg, const ModelWeights *w, const BackendOptions *o,
                        Backend **out) {
     *out = NULL;
+    if (o->gpu_memory_utilization != 0)
+        return cvllm_errorf(CVLLM_EINVAL, "--gpu-memory-utilization applies to a GPU; the cpu "
+                                          "backend's KV cache is sized by --kv-cache-memory");
+    if (o->tp_size > 1)
+        return cvllm_errorf(CVLLM_EUNSUPPORTED, "cpu backend: no tensor parallelism");
     if (o->max_num_tokens <= 0 || o->max_num_seqs <= 0 || o->max_model_len <= 0)
         return cvllm_errorf(CVLLM_EINVAL,
                             "cpu backend: max_num_tokens %d, max_num_seqs %d, max_model_len %d "
@@ -241,7 +253,7 @@ int backend_cpu_create(const ModelConfig *cfg, const ModelWeights *w, const Back
     const size_t T = (size_t)o->max_num_tokens, S = (size_t)c->slice,
                  nth = (size_t)threadpool_size(c->pool), heads = (size_t)c->heads;
     size_t kmax = (size_t)(H > qd ? H : qd) > (size_t)I ? (size_t)(H > qd ? H : qd) : (size_t)I;
-    size_t nws = T * ((size_t)H + 1) +
+    size_t nws = T * ((size_t)H + 2) +
                  S * (2 * (size_t)H + 2 * (size_t)qd + 2 * (size_t)kvd + 2 * (size_t)I + (size_t)hd + kmax) +
                  nth * (size_t)o->max_model_len * heads;
     c->ws = xmalloc(nws * sizeof(float));
@@ -249,6 +261,8 @@ int backend_cpu_create(const ModelConfig *cfg, const ModelWeights *w, const Back
 #define CARVE(ptr, n) (ptr = cur, cur += (n))
     CARVE(c->x, T * H);
     c->token_seq = (int32_t *)cur; /* int32 and float are both 4 bytes */
+    cur += T;
+    c->token_keys = (int32_t *)cur;
     cur += T;
     CARVE(c->h, S * H);
     CARVE(c->tmp, S * H);
@@ -264,12 +278,16 @@ int backend_cpu_create(const ModelConfig *cfg, const ModelWeights *w, const Back
     CARVE(c->scores, nth * (size_t)o->max_model_len * heads);
 #undef CARVE
     CHECK(cur == c->ws + nws, "workspace carve mismatch");
+    c->logits = xmalloc((size_t)o->max_num_seqs * (size_t)c->vocab * sizeof(float));
+    c->sampler_scratch = xmalloc(sampler_scratch_bytes(c->vocab));
 
     Backend *b = xcalloc(1, sizeof *b);
     b->name = "cpu";
     b->ctx = c;
     b->forward = cpu_forward;
-    b->available_kv_bytes = cpu_available_kv_bytes;
+    b->kv_block_bytes = cpu_kv_block_bytes;
+    b->kv_default_dtype = cpu_kv_default_dtype;
+    b->kv_budget_bytes = cpu_kv_budget_bytes;
     b->init_kv_cache = cpu_init_kv_cache;
     b->destroy = cpu_destroy;
     *out = b;
@@ -293,6 +311,8 @@ static void cpu_destroy(Backend *b) {
         free(c->params);
         free(c->lp);
         free(c->ws);
+        free(c->logits);
+        free(c->sampler_scratch);
         cpu_free_huge(c->kv, c->kv_map_bytes);
         free(c);
     }
@@ -312,16 +332,30 @@ ThreadPool *backend_cpu_pool(Backend *b) { return ((CpuBackend *)b->ctx)->pool; 
 
 /* ---------------------------------------------------------------- KV cache */
 
-static int64_t cpu_available_kv_bytes(Backend *b) {
-    /* Half of MemAvailable: the engine normally passes an explicit budget instead. */
+#define CPU_DEFAULT_KV_BYTES (2LL << 30)
+
+/* min(2 GiB, half of MemAvailable) */
+static int64_t cpu_kv_budget_bytes(Backend *b) {
+    (void)b;
     FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
+    if (!f) return CPU_DEFAULT_KV_BYTES;
     char line[256];
     long long kb = 0;
     while (fgets(line, sizeof line, f))
         if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
     fclose(f);
-    return kb * 1024 / 2;
+    int64_t half = kb * 1024 / 2;
+    return half > 0 && half < CPU_DEFAULT_KV_BYTES ? half : CPU_DEFAULT_KV_BYTES;
+}
+
+static int64_t cpu_kv_block_bytes(Backend *b, int block_size, DType dtype) {
+    CpuBackend *c = b->ctx;
+    return 2LL * c->layers * block_size * c->kv_dim * (int64_t)dtype_size(dtype);
+}
+
+static DType cpu_kv_default_dtype(Backend *b) {
+    (void)b;
+    return DTYPE_F32; /* the reference: exact f32 attention */
 }
 
 /* zeroes the task-th 2 MB of the memory at ctx */
@@ -378,11 +412,24 @@ static int validate(const CpuBackend *c, const StepInputs *in) {
     if (in->cu_seqlens_q[0] != 0 || in->cu_seqlens_q[S] != T)
         return cvllm_errorf(CVLLM_EINVAL, "cu_seqlens_q spans %d..%d, expected 0..%d",
                             in->cu_seqlens_q[0], in->cu_seqlens_q[S], T);
+    if (in->cu_seqlens_k[0] != 0)
+        return cvllm_errorf(CVLLM_EINVAL, "cu_seqlens_k starts at %d", in->cu_seqlens_k[0]);
+    if (in->num_logits > c->opt.max_num_seqs)
+        return cvllm_errorf(CVLLM_EINVAL, "%d logits rows (max %d)", in->num_logits,
+                            c->opt.max_num_seqs);
+    int max_q = 0, max_k = 0;
     const int64_t slots = (int64_t)c->num_blocks * c->block_size;
     for (int s = 0; s < S; s++) {
         const int q0 = in->cu_seqlens_q[s], q1 = in->cu_seqlens_q[s + 1];
         const int ctx = in->context_lens[s];
         if (q1 < q0) return cvllm_errorf(CVLLM_EINVAL, "cu_seqlens_q decreases at seq %d", s);
+        if (in->cu_seqlens_k[s + 1] - in->cu_seqlens_k[s] != ctx)
+            return cvllm_errorf(CVLLM_EINVAL, "seq %d: cu_seqlens_k gives %d keys, context_lens %d",
+                                s, in->cu_seqlens_k[s + 1] - in->cu_seqlens_k[s], ctx);
+        if (ctx < q1 - q0)
+            return cvllm_errorf(CVLLM_EINVAL, "seq %d: %d keys for %d new tokens", s, ctx, q1 - q0);
+        if (q1 - q0 > max_q) max_q = q1 - q0;
+        if (ctx > max_k) max_k = ctx;
         if (ctx < 1 || ctx > c->opt.max_model_len)
             return cvllm_errorf(CVLLM_EINVAL, "seq %d: context of %d tokens (max_model_len %d)", s,
                                 ctx, c->opt.max_model_len);
@@ -407,10 +454,17 @@ static int validate(const CpuBackend *c, const StepInputs *in) {
                                     (long long)in->slot_mapping[t], (long long)slots);
         }
     }
-    for (int i = 0; i < in->num_logits; i++)
+    if (in->max_seqlen_q != max_q || in->max_seqlen_k != max_k)
+        return cvllm_errorf(CVLLM_EINVAL, "max_seqlen_q %d / max_seqlen_k %d, the sequences give "
+                            "%d / %d", in->max_seqlen_q, in->max_seqlen_k, max_q, max_k);
+    for (int i = 0; i < in->num_logits; i++) {
         if (in->logits_indices[i] < 0 || in->logits_indices[i] >= T)
             return cvllm_errorf(CVLLM_EINVAL, "logits row %d is token %d of %d", i,
                                 in->logits_indices[i], T);
+        const SamplingRow *r = &in->sampling[i];
+        if (r->num_logprobs > CVLLM_MAX_LOGPROBS || r->num_prompt < 0 || r->num_output < 0)
+            return cvllm_errorf(CVLLM_EINVAL, "sampling row %d: bad logprobs or history", i);
+    }
     return 0;
 }
 
@@ -513,7 +567,7 @@ static void layer_forward(CpuBackend *c, int l, const StepInputs *in, int t0, in
                         .kv_bf16 = c->kv_bf16, .num_tokens = T,
                         .n_heads = c->heads, .n_kv_heads = c->kv_heads, .head_dim = hd,
                         .block_size = c->block_size, .scale = 1.0f / sqrtf((float)hd),
-                        .positions = in->positions + t0, .token_seq = c->token_seq + t0,
+                        .num_keys = c->token_keys + t0, .token_seq = c->token_seq + t0,
                         .block_tables = in->block_tables,
                         .max_blocks_per_seq = in->max_blocks_per_seq, .scratch = c->scores,
                         .scratch_stride = (int64_t)c->opt.max_model_len * c->heads};
@@ -537,7 +591,7 @@ static void layer_forward(CpuBackend *c, int l, const StepInputs *in, int t0, in
     prof_mark(c, PROF_NORMS);
 }
 
-static int cpu_forward(Backend *b, const StepInputs *in, float *logits) {
+static int cpu_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
     CpuBackend *c = b->ctx;
     int rc = validate(c, in);
     if (rc) return rc;
@@ -548,8 +602,16 @@ static int cpu_forward(Backend *b, const StepInputs *in, float *logits) {
         c->prof_steps++;
     }
 
-    for (int s = 0; s < in->num_seqs; s++)
-        for (int t = in->cu_seqlens_q[s]; t < in->cu_seqlens_q[s + 1]; t++) c->token_seq[t] = s;
+    /* token t of seq s attends causally to the first seqlen_k - (q1 - 1 - t) of its keys, the
+     * last new token to all of them (the contract in backend.h) */
+    for (int s = 0; s < in->num_seqs; s++) {
+        const int q1 = in->cu_seqlens_q[s + 1], nk = in->cu_seqlens_k[s + 1] - in->cu_seqlens_k[s];
+        for (int t = in->cu_seqlens_q[s]; t < q1; t++) {
+            c->token_seq[t] = s;
+            c->token_keys[t] = nk - (q1 - 1 - t);
+        }
+    }
+    float *logits = c->logits;
     /* slices in token order: a slice's attention reads the K/V the earlier ones wrote */
     for (int t0 = 0; t0 < T; t0 += c->slice) {
         const int n = T - t0 < c->slice ? T - t0 : c->slice;
@@ -577,5 +639,25 @@ static int cpu_forward(Backend *b, const StepInputs *in, float *logits) {
         prof_mark(c, PROF_LM_HEAD);
     }
     prof_mark(c, PROF_NORMS);
+    if (out->logits)
+        memcpy(out->logits, logits, (size_t)in->num_logits * c->vocab * sizeof(float));
+    for (int i = 0; i < in->num_logits; i++) {
+        const SamplingRow *r = &in->sampling[i];
+        out->token_ids[i] = sampler_sample(logits + (int64_t)i * c->vocab, c->vocab, r,
+                                           c->sampler_scratch, out->logprobs ? &out->logprobs[i] : NULL,
+                                           out->top_ids ? out->top_ids + (int64_t)i * CVLLM_MAX_LOGPROBS : NULL,
+                                           out->top_logprobs ? out->top_logprobs + (int64_t)i * CVLLM_MAX_LOGPROBS : NULL);
+    }
+    prof_mark(c, PROF_SAMPLE);
     return 0;
 }
+
+/* ---------------------------------------------------------------- registry entry */
+
+static int cpu_probe(char *desc, size_t n) {
+    snprintf(desc, n, "cpu: %ld cores, %s", sysconf(_SC_NPROCESSORS_ONLN), cpu_isa_name(cpu_isa_get()));
+    return 1;
+}
+
+const BackendEntry backend_cpu_entry = {
+    .name = "cpu", .create = backend_cpu_create, .probe = cpu_probe, .bench_ops = bench_cpu_ops};

@@ -427,7 +427,7 @@ static void attention_task(const AttentionArgs *a, int use_avx2, float *scores, 
                            int kh1) {
     const int hd = a->head_dim, group = a->n_heads / a->n_kv_heads;
     const int64_t kv_stride = (int64_t)a->n_kv_heads * hd;
-    const int s = a->token_seq[t], n = a->positions[t] + 1, bs = a->block_size;
+    const int s = a->token_seq[t], n = a->num_keys[t], bs = a->block_size;
     const int32_t *table = a->block_tables + (int64_t)s * a->max_blocks_per_seq;
     const float *q = a->q + ((int64_t)t * a->n_heads + (int64_t)kh0 * group) * hd;
     float *out = a->out + ((int64_t)t * a->n_heads + (int64_t)kh0 * group) * hd;

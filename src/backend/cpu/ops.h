@@ -140,7 +140,7 @@ void rope_apply_cpu(float *x, int n_heads, int head_dim, const float *cos_t, con
 
 /* Causal attention of the step's new tokens over each sequence's keys, read from the KV cache
  * through the block table. Token t of sequence s (cu_seqlens_q[s] <= t < cu_seqlens_q[s+1])
- * attends to keys at positions 0..positions[t]; key j lives in cache slot
+ * attends to the keys 0..num_keys[t]-1 of its sequence; key j lives in cache slot
  * block_tables[s * max_blocks_per_seq + j / block_size] * block_size + j % block_size.
  * out[t, h, :] = softmax_j(q[t,h,:] . K[j, h/group, :] * scale) @ V[j, h/group, :]. */
 typedef struct {
@@ -151,12 +151,12 @@ typedef struct {
     int kv_bf16;          /* the cache holds bf16 (else f32); arithmetic is f32 either way */
     int num_tokens, n_heads, n_kv_heads, head_dim, block_size;
     float scale;
-    const int32_t *positions;    /* [T] */
+    const int32_t *num_keys;     /* [T] */
     const int32_t *token_seq;    /* [T]: the sequence of each token */
     const int32_t *block_tables; /* [num_seqs, max_blocks_per_seq] */
     int max_blocks_per_seq;
     float *scratch;         /* [nth, scratch_stride]: per-thread scores */
-    int64_t scratch_stride; /* >= n_heads * longest context (max positions[t] + 1) */
+    int64_t scratch_stride; /* >= n_heads * longest context (max num_keys[t]) */
 } AttentionArgs;
 void attention_cpu(ThreadPool *pool, const AttentionArgs *a);
 

@@ -1,4 +1,4 @@
-/* sampler.c: one token from one row of logits (see sampler.h for the order of the filters).
+/* sampler.c: one token from one row of logits (see sampler.h for the order of the steps).
  *
  * Order of tokens: by probability, highest first, ties broken by the lower id. This is a total
  * order, so every filter keeps a well-defined set: top-k keeps exactly k tokens (on a tie at the
@@ -15,15 +15,18 @@
  * Numbers: weights are exp((logit - max) / temperature) in float (in [0, 1]: no overflow; the max
  * token has weight 1), sums in double; renormalization is folded into the draw (u is scaled by
  * the kept mass). */
-#include "engine/sampler.h"
+#include "backend/cpu/sampler.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "backend/cpu/ops.h"
+#include "backend/philox.h"
 #include "common.h"
 
-
-size_t sampler_scratch_bytes(int vocab) { return (size_t)vocab * (sizeof(float) + sizeof(int)); }
+/* scratch: w [vocab] floats, idx [vocab] ints, raw [vocab] floats (a copy of the logits, kept for
+ * the log-probs when penalties change them) */
+size_t sampler_scratch_bytes(int vocab) { return (size_t)vocab * (2 * sizeof(float) + sizeof(int)); }
 
 /* ---------------------------------------------------------------------------------------------
  * Greedy */
@@ -96,21 +99,111 @@ static int select_top_p(const float *w, int *idx, int n, double need) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Penalties and log-probs */
+
+/* vLLM's penalties, in place: repetition (each distinct id of prompt and output: a positive logit
+ * divided by it, a negative one multiplied), then frequency (times the id's count in the output)
+ * and presence (once if the id is in the output), subtracted. cnt: [vocab] ints, all zero on entry
+ * and on return. */
+static void apply_penalties(float *logits, const SamplingRow *r, int vocab, int *cnt) {
+    const int32_t *ids[2] = {r->prompt_ids, r->output_ids};
+    const int n[2] = {r->num_prompt, r->num_output};
+    const int OUT = 1 << 30; /* flag bits above the output count */
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < n[k]; i++) {
+            int32_t t = ids[k][i];
+            if (t < 0 || t >= vocab) continue;
+            if (k == 1) cnt[t] = (cnt[t] | OUT) + 1;
+            else cnt[t] |= 1 << 29; /* seen in the prompt */
+        }
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < n[k]; i++) {
+            int32_t t = ids[k][i];
+            if (t < 0 || t >= vocab || cnt[t] == 0) continue; /* applied already */
+            float x = logits[t];
+            if (r->repetition_penalty != 1.0f)
+                x = x > 0.0f ? x / r->repetition_penalty : x * r->repetition_penalty;
+            if (cnt[t] & OUT) {
+                int count = cnt[t] & ((1 << 29) - 1);
+                x -= r->frequency_penalty * (float)count + r->presence_penalty;
+            }
+            logits[t] = x;
+            cnt[t] = 0;
+        }
+}
+
+/* log(sum exp(x)) over the row, NaNs skipped; -inf if every logit is -inf or NaN. */
+static double log_sum_exp(const float *x, int vocab) {
+    float m = -INFINITY;
+    for (int i = 0; i < vocab; i++)
+        if (x[i] > m) m = x[i];
+    if (!isfinite(m)) return m;
+    double s = 0.0;
+    for (int i = 0; i < vocab; i++)
+        if (!isnan(x[i])) s += exp((double)x[i] - m);
+    return m + log(s);
+}
+
+/* The k best ids of x (value desc, id asc; NaN never), as log-probs x - lse. */
+static void top_logprobs(const float *x, int vocab, double lse, int k, int32_t *ids, float *lp) {
+    int n = 0;
+    for (int i = 0; i < vocab && k > 0; i++) {
+        if (isnan(x[i])) continue;
+        if (n == k && !(x[i] > x[ids[n - 1]])) continue; /* ties: the lower id, seen first, stays */
+        int j = n < k ? n++ : k - 1;
+        while (j > 0 && x[i] > x[ids[j - 1]]) {
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        ids[j] = i;
+    }
+    for (int j = 0; j < n; j++) lp[j] = (float)((double)x[ids[j]] - lse);
+    for (int j = n; j < k; j++) ids[j] = -1, lp[j] = -INFINITY;
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Sampling */
 
-int32_t sampler_sample(float *logits, int vocab, const SamplingParams *p, Sequence *seq,
-                       void *scratch) {
+static int32_t sample_filtered(float *logits, int vocab, const SamplingRow *p, float *w, int *idx);
+
+int32_t sampler_sample(float *logits, int vocab, const SamplingRow *p, void *scratch,
+                       float *logprob, int32_t *top_ids, float *top_lp) {
     CHECK(vocab > 0, "vocab %d", vocab);
+    void *owned = NULL;
+    if (!scratch) scratch = owned = xcalloc(1, sampler_scratch_bytes(vocab));
+    float *w = scratch;                 /* [vocab] unnormalized probabilities */
+    int *idx = (int *)(w + vocab);      /* [vocab] token ids, reordered by selection; penalty counts */
+    float *raw = (float *)(idx + vocab); /* [vocab] the logits before penalties (log-probs only) */
+    int penalties = p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f ||
+                    p->presence_penalty != 0.0f;
+    const float *lp_src = logits;
+    double lse = 0.0;
+    if (p->num_logprobs >= 0) {
+        lse = log_sum_exp(logits, vocab);
+        int k = p->num_logprobs < CVLLM_MAX_LOGPROBS ? p->num_logprobs : CVLLM_MAX_LOGPROBS;
+        if (k > 0) top_logprobs(logits, vocab, lse, k, top_ids, top_lp);
+        if (penalties) {
+            memcpy(raw, logits, (size_t)vocab * sizeof(float));
+            lp_src = raw;
+        }
+    }
+    if (penalties) {
+        memset(idx, 0, (size_t)vocab * sizeof(int));
+        apply_penalties(logits, p, vocab, idx);
+    }
+    int32_t token = sample_filtered(logits, vocab, p, w, idx);
+    if (p->num_logprobs >= 0 && logprob) *logprob = (float)((double)lp_src[token] - lse);
+    free(owned);
+    return token;
+}
+
+/* Temperature, filters and the draw over penalized logits. */
+static int32_t sample_filtered(float *logits, int vocab, const SamplingRow *p, float *w, int *idx) {
     if (!(p->temperature > 0.0f)) return argmax(logits, vocab);
 
     int imax = argmax(logits, vocab);
     float m = logits[imax];
     if (!isfinite(m)) return imax; /* all -inf (or +inf): nothing to weigh; greedy */
-
-    void *owned = NULL;
-    if (!scratch) scratch = owned = xmalloc(sampler_scratch_bytes(vocab));
-    float *w = scratch;               /* [vocab] unnormalized probabilities */
-    int *idx = (int *)(w + vocab);    /* [vocab] token ids, reordered by selection */
 
     /* Temperature and softmax (unnormalized). */
     float inv_t = 1.0f / p->temperature;
@@ -151,7 +244,7 @@ int32_t sampler_sample(float *logits, int vocab, const SamplingParams *p, Sequen
     else
         for (int i = 0; i < vocab; i++)
             if (w[i] > 0.0f && w[i] >= min_w && (bound < 0 || !better(w, bound, i))) kept += w[i];
-    double target = sequence_next_uniform(seq) * kept, cum = 0.0;
+    double target = cvllm_uniform(p->seed, (uint64_t)p->num_output) * kept, cum = 0.0;
     int32_t token = imax;
     for (int i = 0; i < vocab; i++) {
         if (!(w[i] > 0.0f && w[i] >= min_w && (bound < 0 || !better(w, bound, i)))) continue;
@@ -159,6 +252,5 @@ int32_t sampler_sample(float *logits, int vocab, const SamplingParams *p, Sequen
         cum += w[i];
         if (cum > target) break;
     }
-    free(owned);
     return token;
 }

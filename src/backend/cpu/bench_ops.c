@@ -15,9 +15,9 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/threadpool.h"
 #include "common.h"
-#include "engine/sampler.h"
+#include "backend/cpu/sampler.h"
 
-int bench_cpu_ops(int argc, char **argv);
+
 
 static DType g_kv_dtype = DTYPE_F32; /* --kv-cache-dtype */
 static int g_repeat = 1;              /* --repeat */
@@ -202,6 +202,19 @@ static size_t synthetic_weights(const ModelConfig *c, ModelWeights *w, uint16_t 
     return (size_t)total * 2;
 }
 
+/* Greedy sampling rows for n logits rows (a static array, grown as needed). */
+static const SamplingRow *greedy_rows(int n) {
+    static SamplingRow *rows;
+    static int cap;
+    if (n > cap) {
+        rows = xrealloc(rows, (size_t)n * sizeof *rows);
+        for (int i = cap; i < n; i++)
+            rows[i] = (SamplingRow){.top_p = 1.0f, .repetition_penalty = 1.0f, .num_logprobs = -1};
+        cap = n;
+    }
+    return rows;
+}
+
 /* One decode step of B sequences whose first p tokens are cached (their new token at position
  * p); returns its wall time. Sequence s owns blocks s*mbps .. s*mbps + mbps - 1. */
 static double decode_step(Backend *b, const ModelConfig *cfg, int B, int p, int block_size,
@@ -227,9 +240,10 @@ static double decode_step(Backend *b, const ModelConfig *cfg, int B, int p, int 
                      .positions = pos, .slot_mapping = slots, .cu_seqlens_q = cuq,
                      .cu_seqlens_k = cuk, .max_seqlen_q = 1, .max_seqlen_k = p + 1,
                      .context_lens = ctxl, .block_tables = tables, .max_blocks_per_seq = mbps,
-                     .logits_indices = lidx, .num_logits = B};
+                     .logits_indices = lidx, .num_logits = B, .sampling = greedy_rows(B)};
+    StepOutputs out = {.token_ids = (int32_t *)logits};
     const double t0 = now_seconds();
-    int rc = b->forward(b, &in, logits);
+    int rc = b->forward(b, &in, &out);
     const double dt = now_seconds() - t0;
     CHECK(rc == 0, "forward failed: %s", cvllm_last_error());
     free(ids), free(pos), free(cuq), free(cuk), free(ctxl), free(lidx), free(tables), free(slots);
@@ -252,9 +266,10 @@ static double bench_prefill(Backend *b, const ModelConfig *cfg, int n, int block
                      .positions = pos, .slot_mapping = slots, .cu_seqlens_q = cuq,
                      .cu_seqlens_k = cuk, .max_seqlen_q = n, .max_seqlen_k = n,
                      .context_lens = ctx, .block_tables = tables, .max_blocks_per_seq = mbps,
-                     .logits_indices = lidx, .num_logits = 1};
+                     .logits_indices = lidx, .num_logits = 1, .sampling = greedy_rows(1)};
+    StepOutputs out = {.token_ids = (int32_t *)logits};
     double t0 = now_seconds();
-    int rc = b->forward(b, &in, logits);
+    int rc = b->forward(b, &in, &out);
     CHECK(rc == 0, "forward failed: %s", cvllm_last_error());
     double dt = now_seconds() - t0;
     free(ids), free(pos), free(tables), free(slots);
@@ -376,7 +391,7 @@ static void bench_attention(ThreadPool *pool, int ctx) {
             int32_t *pos = xmalloc(B * sizeof(int32_t)), *seq = xmalloc(B * sizeof(int32_t)),
                     *tab = xmalloc((size_t)B * mbps * sizeof(int32_t));
             for (int s = 0; s < B; s++) {
-                pos[s] = ctx - 1, seq[s] = s;
+                pos[s] = ctx, seq[s] = s; /* keys of the token */
                 for (int i = 0; i < mbps; i++) tab[s * mbps + i] = i * B + s; /* blocks interleaved */
             }
             double *t = xmalloc(reps * sizeof(double));
@@ -387,7 +402,7 @@ static void bench_attention(ThreadPool *pool, int ctx) {
                                        .v_cache = v + l * layer_elems * es, .kv_bf16 = bf16,
                                        .num_tokens = B, .n_heads = H, .n_kv_heads = KVH,
                                        .head_dim = hd, .block_size = bs, .scale = 0.0883883f,
-                                       .positions = pos, .token_seq = seq, .block_tables = tab,
+                                       .num_keys = pos, .token_seq = seq, .block_tables = tab,
                                        .max_blocks_per_seq = mbps, .scratch = scratch,
                                        .scratch_stride = (int64_t)H * (ctx + bs)};
                     attention_cpu(pool, &a);
@@ -418,20 +433,17 @@ static void bench_sampler(void) {
         if (pass == 1 && best_isa == CPU_ISA_SCALAR) break;
         cpu_isa_set(isa);
         for (int greedy = 0; greedy < 2; greedy++) {
-            SamplingParams p = {.temperature = greedy ? 0.0f : 0.6f, .top_p = 1.0f, .seed = 1,
-                                .max_tokens = 16};
-            int32_t prompt[1] = {0};
-            Sequence *seq = sequence_create(1, prompt, 1, &p);
+            SamplingRow p = {.temperature = greedy ? 0.0f : 0.6f, .top_p = 1.0f, .seed = 1,
+                             .repetition_penalty = 1.0f, .num_logprobs = -1};
             double best = 0, total = 0;
             for (int r = 0; r < reps; r++) {
                 memcpy(x, logits, (size_t)V * sizeof(float));
                 const double t0 = now_seconds();
-                (void)sampler_sample(x, V, &p, seq, scratch);
+                (void)sampler_sample(x, V, &p, scratch, NULL, NULL, NULL);
                 const double dt = now_seconds() - t0;
                 total += dt;
                 if (best == 0 || dt < best) best = dt;
             }
-            sequence_destroy(seq);
             printf("  %-6s %-16s %.3f ms best, %.3f ms mean\n", cpu_isa_name(isa),
                    greedy ? "greedy" : "temperature 0.6", best * 1e3, total / reps * 1e3);
         }

@@ -9,7 +9,7 @@
 #include <math.h>
 
 #include "backend/cpu/ops.h"
-#include "engine/sampler.h"
+#include "backend/cpu/sampler.h"
 
 int32_t sampler_argmax_avx2(const float *x, int n) {
     if (n <= 0) return 0;
