@@ -384,12 +384,11 @@ static void run_attention_case(const AttnCase *c) {
     float *q = xmalloc((size_t)T * ldq * 4), *qc = xmalloc((size_t)T * nh * hd * 4);
     for (int64_t i = 0; i < T * ldq; i++) q[i] = 2 * frand();
     for (int t = 0; t < T; t++) memcpy(qc + (int64_t)t * nh * hd, q + t * ldq, (size_t)nh * hd * 4);
-    int32_t cu[9] = {0}, pos_all[1], *pos = xmalloc(T * 4), *tseq = xmalloc(T * 4);
-    (void)pos_all;
+    int32_t cu[9] = {0}, *nkeys = xmalloc(T * 4), *tseq = xmalloc(T * 4);
     for (int s = 0; s < S; s++) {
         cu[s + 1] = cu[s] + c->qlen[s];
         for (int i = 0; i < c->qlen[s]; i++) {
-            pos[cu[s] + i] = c->ctx[s] - c->qlen[s] + i;
+            nkeys[cu[s] + i] = c->ctx[s] - c->qlen[s] + i + 1; /* causal: keys up to its own */
             tseq[cu[s] + i] = s;
         }
     }
@@ -398,7 +397,7 @@ static void run_attention_case(const AttnCase *c) {
     float *scratch = xmalloc((size_t)threadpool_size(g_pool) * nh * (maxk + 1) * 4);
     AttentionArgs aa = {.q = qc, .out = ref, .k_cache = kf, .v_cache = vf, .kv_bf16 = 0,
                         .num_tokens = T, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
-                        .block_size = bs, .scale = 1.0f / sqrtf((float)hd), .positions = pos,
+                        .block_size = bs, .scale = 1.0f / sqrtf((float)hd), .num_keys = nkeys,
                         .token_seq = tseq, .block_tables = tables, .max_blocks_per_seq = maxblk,
                         .scratch = scratch, .scratch_stride = (int64_t)nh * (maxk + 1)};
     attention_cpu(g_pool, &aa);
@@ -440,7 +439,7 @@ static void run_attention_case(const AttnCase *c) {
         cudaFree(ws);
     }
     cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(dcu), cudaFree(dtab), cudaFree(dctx);
-    free(perm), free(tables), free(kf), free(vf), free(kh), free(vh), free(q), free(qc), free(pos),
+    free(perm), free(tables), free(kf), free(vf), free(kh), free(vh), free(q), free(qc), free(nkeys),
         free(tseq), free(ref), free(scratch), free(got), free(oh);
 }
 
@@ -534,10 +533,7 @@ static int ref_sample(const float *raw, int V, const RefRow *r, double *p_out) {
         for (int i = 0; i < V; i++) {
             if (!seen[i]) continue;
             if (r->rep != 1.0f) x[i] = x[i] > 0 ? x[i] / r->rep : x[i] * r->rep;
-            if (cnt[i]) {
-                x[i] -= r->freq * (float)cnt[i];
-                x[i] -= r->pres;
-            }
+            if (cnt[i]) x[i] -= r->freq * (float)cnt[i] + r->pres;
         }
         free(cnt), free(seen);
     }
@@ -760,6 +756,8 @@ int main(void) {
         cmocka_unit_test(test_attention_prefill), cmocka_unit_test(test_attention_decode),
         cmocka_unit_test(test_sampler_rows),      cmocka_unit_test(test_sampler_distribution),
     };
+    /* CVLLM_TEST_FILTER=attention* (a cmocka pattern): a subset, for compute-sanitizer runs */
+    if (getenv("CVLLM_TEST_FILTER")) cmocka_set_test_filter(getenv("CVLLM_TEST_FILTER"));
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cudaStreamDestroy(g_stream);
     threadpool_destroy(g_pool);

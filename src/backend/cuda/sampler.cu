@@ -37,10 +37,7 @@ __device__ __forceinline__ float eff_logit(const Row &R, int i) {
         if (c) {
             const int n = c & (PROMPT_BIT - 1);
             if (R.rep != 1.0f) v = v > 0.0f ? v / R.rep : v * R.rep;
-            if (n) {
-                v -= R.freq * (float)n;
-                v -= R.pres;
-            }
+            if (n) v -= R.freq * (float)n + R.pres; /* as the CPU's apply_penalties */
         }
     }
     return v;
@@ -261,16 +258,18 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
 
     /* log-probs of the raw logits */
     __shared__ int chosen[CUDA_SAMPLER_MAX_LOGPROBS];
-    float lse = 0.0f;
+    double lse = 0.0; /* log(sum exp(x)), NaNs skipped, in double as the CPU's log_sum_exp */
     const int nlp = P.num_logprobs > CUDA_SAMPLER_MAX_LOGPROBS ? CUDA_SAMPLER_MAX_LOGPROBS : P.num_logprobs;
     if (P.num_logprobs >= 0) {
         float mx = -INFINITY;
         for (int i = threadIdx.x; i < vocab; i += blockDim.x) mx = fmaxf(mx, S.R.x[i]);
         mx = block_max_f(mx);
         double se = 0.0;
-        for (int i = threadIdx.x; i < vocab; i += blockDim.x) se += (double)expf(S.R.x[i] - mx);
+        if (isfinite(mx))
+            for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+                if (!isnan(S.R.x[i])) se += exp((double)S.R.x[i] - (double)mx);
         se = block_sum_t<double>(se);
-        lse = (float)((double)mx + log(se));
+        lse = isfinite(mx) ? (double)mx + log(se) : (double)mx;
         for (int k = 0; k < nlp; k++) {
             ArgMax a = {-INFINITY, -1};
             for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
@@ -280,10 +279,11 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
                 if (!taken && am_better(b, a)) a = b;
             }
             a = block_argmax(a);
-            if (threadIdx.x == 0) {
-                chosen[k] = a.i < 0 ? 0 : a.i;
-                top_ids[(int64_t)r * CUDA_SAMPLER_MAX_LOGPROBS + k] = chosen[k];
-                top_lp[(int64_t)r * CUDA_SAMPLER_MAX_LOGPROBS + k] = S.R.x[chosen[k]] - lse;
+            if (threadIdx.x == 0) { /* fewer real values than k: id -1, log-prob -inf */
+                chosen[k] = a.i;
+                top_ids[(int64_t)r * CUDA_SAMPLER_MAX_LOGPROBS + k] = a.i;
+                top_lp[(int64_t)r * CUDA_SAMPLER_MAX_LOGPROBS + k] =
+                    a.i < 0 ? -INFINITY : (float)((double)S.R.x[a.i] - lse);
             }
             __syncthreads();
         }
@@ -371,7 +371,7 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
     }
     if (threadIdx.x == 0) {
         token_out[r] = tok;
-        logprob_out[r] = P.num_logprobs >= 0 ? S.R.x[tok] - lse : 0.0f;
+        logprob_out[r] = P.num_logprobs >= 0 ? (float)((double)S.R.x[tok] - lse) : 0.0f;
     }
     /* leave the counts as found: zero */
     if (P.has_penalty) {
