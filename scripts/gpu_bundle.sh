@@ -21,6 +21,7 @@ for l in libgnutls.so.30 libp11-kit.so.0 libidn2.so.0 libunistring.so.2 libtasn1
   cp -L "$L/$l" "$D/lib-extra/" 2>/dev/null || true
 done
 cp -L /usr/local/cuda/lib64/libcudart.so.13 "$D/lib-extra/"
+cp "$(dirname "$0")/compare_hf_gpu.py" "$D/" 2>/dev/null || true
 cat > "$D/run.sh" <<'RUN'
 #!/bin/bash
 # Runs on the GPU machine from the repository root: bash build-cudarun/run.sh [command...]

@@ -61,7 +61,7 @@ template <typename C, int HD> struct DecShape {
 
 template <typename C, int HD>
 __global__ void __launch_bounds__(DEC_WARPS * 32)
-    attention_decode_kernel(AttentionParams p, int num_parts, int part_size, float *ws) {
+    attention_decode_kernel(AttentionParams p, int num_parts, float *ws) {
     using S = DecShape<C, HD>;
     constexpr int VEC = S::VEC, LANES = S::LANES, KPW = S::KPW;
     const int part = blockIdx.x, s = blockIdx.z;
@@ -72,6 +72,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gi = lane / LANES, li = lane % LANES;
     const int ctx = p.context_lens[s];
+    /* this sequence's context in num_parts even partitions (multiples of 32 keys), so that a
+     * graph captured for the longest context still spreads a short one over every block */
+    const int part_size = max(32, ((ctx + num_parts - 1) / num_parts + 31) / 32 * 32);
     const int j0 = part * part_size, j1 = min(ctx, j0 + part_size);
     const int t = p.cu_seqlens_q[s + 1] - 1; /* the sequence's query token */
     const int64_t kv_stride = (int64_t)p.n_kv_heads * HD;
@@ -222,11 +225,10 @@ extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms)
 }
 
 template <typename C, int HD>
-static void launch_decode(const AttentionParams &p, int num_parts, int part_size, float *ws,
-                          cudaStream_t stream) {
+static void launch_decode(const AttentionParams &p, int num_parts, float *ws, cudaStream_t stream) {
     const int group = p.n_heads / p.n_kv_heads, chunks = (group + DEC_QH - 1) / DEC_QH;
     dim3 grid(num_parts, p.n_kv_heads * chunks, p.num_seqs);
-    attention_decode_kernel<C, HD><<<grid, DEC_WARPS * 32, 0, stream>>>(p, num_parts, part_size, ws);
+    attention_decode_kernel<C, HD><<<grid, DEC_WARPS * 32, 0, stream>>>(p, num_parts, ws);
 }
 
 #define DISPATCH_HD(hd, HDC, ...)                                                                  \
@@ -254,13 +256,10 @@ extern "C" int attention_decode_cuda(const AttentionParams *p, int num_parts, vo
     if (rc) return rc;
     if (p->num_seqs <= 0) return 0;
     if (num_parts < 1) num_parts = 1;
-    const int maxk = p->max_seqlen_k > 0 ? p->max_seqlen_k : 1;
-    int part_size = (maxk + num_parts - 1) / num_parts;
-    part_size = (part_size + 31) / 32 * 32;
     if (num_parts > 1 && !d_ws)
         return cvllm_errorf(CVLLM_EINVAL, "cuda attention: %d partitions need a workspace", num_parts);
     float *ws = (float *)d_ws;
-    DISPATCH_DTYPE(p->kvdt, C, DISPATCH_HD(p->hd, HDC, launch_decode<C, HDC>(*p, num_parts, part_size, ws, stream)));
+    DISPATCH_DTYPE(p->kvdt, C, DISPATCH_HD(p->hd, HDC, launch_decode<C, HDC>(*p, num_parts, ws, stream)));
     CUDA_LAUNCH_TRY();
     if (num_parts > 1) {
         dim3 grid(p->n_heads, p->num_seqs);
