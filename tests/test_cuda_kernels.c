@@ -45,7 +45,7 @@ static ThreadPool *g_pool;
 /* CVLLM_TEST_SMALL=1 (compute-sanitizer runs): leave out the contexts past 8k */
 static int small_run(void) {
     const char *e = getenv("CVLLM_TEST_SMALL");
-    return e && *e && strcmp(e, "0") != 0;
+    return e && *e ? atoi(e) : 0;
 }
 static cudaStream_t g_stream;
 
@@ -480,6 +480,8 @@ static void test_attention_decode(void **state) {
     const int parts[] = {0, 1, 3, 64};
     for (int hi = 0; hi < 6; hi++)
         for (int di = 0; di < 5; di++) {
+            /* CVLLM_TEST_SMALL=2 (racecheck, which is slow): every GQA shape at head_dim 128 */
+            if (small_run() > 1 && di != 3) continue;
             AttnCase c = {.n_heads = heads[hi][0], .n_kv_heads = heads[hi][1], .hd = hds[di],
                           .block_size = bss[(hi + di) % 7], .kvdt = DTYPES[(hi + 2 * di) % 3],
                           .adt = DTYPE_F32, .num_seqs = 5, .ctx = {1, 17, 300, 1000, 33},
