@@ -15,6 +15,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/threadpool.h"
 #include "common.h"
+#include "model/presets.h"
 #include "backend/cpu/sampler.h"
 
 
@@ -141,26 +142,6 @@ static void bench_matmul_shape(ThreadPool *pool, const char *name, int64_t N, in
 
 /* ---------------------------------------------------------------- synthetic model */
 
-static void qwen3_06b_config(ModelConfig *c) {
-    memset(c, 0, sizeof *c);
-    c->arch = ARCH_QWEN3;
-    c->arch_name = "Qwen3ForCausalLM";
-    c->vocab_size = 151936;
-    c->hidden_size = 1024;
-    c->intermediate_size = 3072;
-    c->num_hidden_layers = 28;
-    c->num_attention_heads = 16;
-    c->num_key_value_heads = 8;
-    c->head_dim = 128;
-    c->rms_norm_eps = 1e-6f;
-    c->rope_theta = 1000000.0;
-    c->rope_type = ROPE_DEFAULT;
-    c->max_position_embeddings = 40960;
-    c->tie_word_embeddings = 1;
-    c->qk_norm = 1;
-    c->torch_dtype = DTYPE_BF16;
-}
-
 /* Random bf16 weights carved from one allocation (returned in *blob). */
 static size_t synthetic_weights(const ModelConfig *c, ModelWeights *w, uint16_t **blob) {
     const int64_t H = c->hidden_size, hd = c->head_dim, qd = c->num_attention_heads * hd,
@@ -279,7 +260,7 @@ static double bench_prefill(Backend *b, const ModelConfig *cfg, int n, int block
 static void bench_forward(int64_t bw_bytes, int threads, const int *batches, int nb, int ctx,
                           int steps, int prefill) {
     ModelConfig cfg;
-    qwen3_06b_config(&cfg);
+    model_preset_config(model_preset_find("qwen3-0.6b"), &cfg);
     ModelWeights w;
     uint16_t *blob;
     double t0 = now_seconds();
