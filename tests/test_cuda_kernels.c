@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/sampler.h"
 #include "backend/cpu/threadpool.h"
 #include "backend/cuda/kernels.h"
 #include "backend/philox.h"
@@ -592,6 +593,27 @@ static int ref_sample(const float *raw, int V, const RefRow *r, double *p_out) {
     return tok;
 }
 
+/* The CPU backend's sampler (src/backend/cpu/sampler.c) on the same row: its uniform's counter
+ * is num_output, so a row's index is its output count. */
+static int cpu_sample(const float *raw, int V, const RefRow *r, float *lp, int32_t *top, float *tlp) {
+    static const int32_t none[1] = {0};
+    float *x = xmalloc((size_t)V * 4);
+    memcpy(x, raw, (size_t)V * 4);
+    CHECK(!r->ids || (uint64_t)r->num_output == r->index, "index %llu, num_output %d",
+          (unsigned long long)r->index, r->num_output);
+    SamplingRow s = {.temperature = r->temperature, .top_p = r->top_p, .top_k = r->top_k,
+                     .min_p = r->min_p, .presence_penalty = r->pres, .frequency_penalty = r->freq,
+                     .repetition_penalty = r->rep, .seed = r->seed, .num_logprobs = r->num_logprobs,
+                     .prompt_ids = r->ids ? r->ids : none, .num_prompt = r->num_prompt,
+                     .output_ids = r->ids ? r->ids + r->num_prompt : none,
+                     .num_output = (int)r->index};
+    float l = 0;
+    int t = sampler_sample(x, V, &s, NULL, &l, top, tlp);
+    if (lp) *lp = l;
+    free(x);
+    return t;
+}
+
 static void run_sampler(const float *logits, int n, int V, const RefRow *rr, int32_t *tok,
                         float *lp, int32_t *top_ids, float *top_lp) {
     CudaSamplingRow *rows = xcalloc(n, sizeof *rows);
@@ -662,15 +684,33 @@ static void test_sampler_rows(void **state) {
             if (r % 4 == 1 || r % 8 == 0) {
                 rr[r].rep = 1.2f, rr[r].freq = 0.5f, rr[r].pres = 0.3f;
                 rr[r].ids = hist, rr[r].num_prompt = 20, rr[r].num_output = 44;
+                rr[r].index = 44; /* the draw's counter is the output count */
             }
         }
         int32_t tok[48], top[48 * CUDA_SAMPLER_MAX_LOGPROBS];
         float lp[48], tlp[48 * CUDA_SAMPLER_MAX_LOGPROBS];
         run_sampler(logits, n, V, rr, tok, lp, top, tlp);
-        int mism = 0;
+        int mism = 0, mism_cpu = 0;
         for (int r = 0; r < n; r++) {
             const float *x = logits + (int64_t)r * V;
             const int want = ref_sample(x, V, &rr[r], NULL);
+            /* the CPU backend's own sampler: same id, log-prob and top ids */
+            float clp = 0, ctlp[CVLLM_MAX_LOGPROBS];
+            int32_t ctop[CVLLM_MAX_LOGPROBS];
+            const int cwant = cpu_sample(x, V, &rr[r], &clp, ctop, ctlp);
+            if (tok[r] != cwant) {
+                if (rr[r].temperature == 0)
+                    fail_msg("V %d row %d (greedy): got %d, the CPU sampler %d", V, r, tok[r], cwant);
+                mism_cpu++;
+                printf("  note: V %d row %d sampled %d, CPU sampler %d\n", V, r, tok[r], cwant);
+            } else if (rr[r].num_logprobs >= 0 && r != 2 && r != 3) {
+                if (fabsf(lp[r] - clp) > 1e-4f * fmaxf(1, fabsf(clp)))
+                    fail_msg("V %d row %d: logprob %g, CPU sampler %g", V, r, lp[r], clp);
+                for (int k = 0; k < rr[r].num_logprobs; k++)
+                    if (top[r * CUDA_SAMPLER_MAX_LOGPROBS + k] != ctop[k])
+                        fail_msg("V %d row %d: top %d is %d, CPU sampler %d", V, r, k,
+                                 top[r * CUDA_SAMPLER_MAX_LOGPROBS + k], ctop[k]);
+            }
             if (tok[r] != want) {
                 if (rr[r].temperature == 0)
                     fail_msg("V %d row %d (greedy): got %d, want %d", V, r, tok[r], want);
@@ -698,8 +738,9 @@ static void test_sampler_rows(void **state) {
             }
             free(idx);
         }
-        printf("  sampler V %d: %d of %d rows differ from the reference\n", V, mism, n);
-        assert_true(mism <= 1);
+        printf("  sampler V %d: %d of %d rows differ from the reference, %d from the CPU sampler\n",
+               V, mism, n, mism_cpu);
+        assert_true(mism <= 1 && mism_cpu <= 1);
         free(logits);
     }
 }
@@ -708,7 +749,7 @@ static void test_sampler_distribution(void **state) {
     (void)state;
     /* one distribution, 4000 draws (rows with draw indices 0..3999): each draw against the
      * reference, and the histogram against the exact probabilities */
-    const int V = 64, n = 4000;
+    const int V = 64, n = small_run() > 1 ? 128 : 4000; /* racecheck runs: a few rows */
     float base[64];
     for (int i = 0; i < V; i++) base[i] = 2 * frand();
     base[3] = base[4]; /* a tie */
@@ -724,17 +765,22 @@ static void test_sampler_distribution(void **state) {
         int32_t *tok = xmalloc(n * 4);
         float *lp = xmalloc(n * 4);
         run_sampler(logits, n, V, rr, tok, lp, NULL, NULL);
-        double p[64], emp[64] = {0}, tv = 0;
-        int mism = 0;
+        double p[64], emp[64] = {0}, emp_cpu[64] = {0}, tv = 0, tv_cpu = 0;
+        int mism = 0, mism_cpu = 0;
         for (int r = 0; r < n; r++) {
             int want = ref_sample(base, V, &rr[r], r == 0 ? p : NULL);
+            int cwant = cpu_sample(base, V, &rr[r], NULL, NULL, NULL);
             mism += tok[r] != want;
+            mism_cpu += tok[r] != cwant;
             emp[tok[r]] += 1.0 / n;
+            emp_cpu[cwant] += 1.0 / n;
         }
-        for (int i = 0; i < V; i++) tv += 0.5 * fabs(emp[i] - p[i]);
-        printf("  sampler distribution %d: TV distance %.4f, %d of %d draws differ\n", ci, tv, mism, n);
-        assert_true(tv < 0.05);
-        assert_true(mism <= n / 100);
+        for (int i = 0; i < V; i++) tv += 0.5 * fabs(emp[i] - p[i]), tv_cpu += 0.5 * fabs(emp[i] - emp_cpu[i]);
+        printf("  sampler distribution %d: TV distance %.4f to the exact one, %.4f to the CPU "
+               "sampler's draws; %d of %d draws differ from the reference, %d from the CPU sampler\n",
+               ci, tv, tv_cpu, mism, n, mism_cpu);
+        if (n >= 4000) assert_true(tv < 0.05);
+        assert_true(mism <= n / 100 && mism_cpu <= n / 100);
         free(rr), free(tok), free(lp);
     }
     free(logits);
