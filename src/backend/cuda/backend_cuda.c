@@ -808,6 +808,7 @@ static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
     CudaBackend *c = b->ctx;
     int rc = validate(c, in);
     if (rc) return rc;
+    CUDA_TRY(cudaSetDevice(c->dev)); /* the engine may step on another thread than create's */
     const int T = in->num_tokens, S = in->num_seqs, n = in->num_logits;
     const int decode = in->max_seqlen_q == 1; /* one new token per sequence */
     /* stage the inputs in pinned memory (tables repacked to this backend's row stride) */

@@ -1,6 +1,6 @@
-/* gemm.c: the matrix products through cuBLASLt. y[T, N] = x[T, K] @ W[N, K]^T, row-major, which in
- * cuBLAS's column-major terms is Y^T[N, T] = op(W)^T... i.e. D = A^T * B with A = W (K x N,
- * lda = K), B = x^T (K x T, ldb = K), D = y^T (N x T, ldd = ldy): the "TN" layout.
+/* gemm.c: the matrix products through cuBLASLt. y[T, N] = x[T, K] @ W[N, K]^T, all row-major. In
+ * cuBLAS's column-major terms the same memory holds W as A (K x N, lda = K), x as B (K x T,
+ * ldb = K) and y as D (N x T, ldd = ldy), and the product is D = A^T * B: the "TN" layout.
  * Inputs in the activation dtype (bf16 / f16 on the tensor cores; f32 with CUBLAS_COMPUTE_32F,
  * never TF32), accumulation and output in f32. CPU twin: matmul_cpu (ops.c).
  *

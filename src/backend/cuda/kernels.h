@@ -99,11 +99,12 @@ typedef struct {
 /* Whether the kernels support this head_dim (16, 32, 64, 128, 256) and cache dtype. */
 int attention_cuda_supported(int hd);
 
-/* Decode: one query token per sequence (token s of the step is sequence s's last position).
+/* Decode: one query token per sequence (the last token of each sequence's rows).
  * A block takes (sequence, kv head, up to 4 of its query heads, partition of the context);
- * lanes split head_dim in 16-byte loads; long contexts are split in num_parts partitions whose
- * partial softmax states are merged by a second kernel. Workspace: attention_decode_ws_bytes.
- * num_parts 0: chosen from max_seqlen_k and the grid size (a graph passes a fixed count).
+ * lanes split head_dim in 16-byte loads; each sequence's context is split evenly in num_parts
+ * partitions whose partial softmax states a second kernel merges (num_parts 1: no merge).
+ * attention_decode_num_parts picks the count from the grid size and max_seqlen_k (a graph is
+ * captured with the count for max_model_len); workspace: attention_decode_ws_bytes.
  * CPU: attention_cpu (the scalar attention_task). */
 size_t attention_decode_ws_bytes(int num_seqs, int n_heads, int hd, int num_parts);
 int attention_decode_num_parts(const AttentionParams *p, int num_sms);
