@@ -381,6 +381,33 @@ static void test_bad_input(void **state) {
     rc = cvllm_engine_create("tests/fixtures/golden/qwen3", &o, &e);
     printf("  gpu_memory_utilization 0.001: create -> %d (%s)\n", rc, rc < 0 ? cvllm_last_error() : "");
     assert_true(rc < 0);
+    /* a model that does not fit: all but 4 MiB of the GPU taken first, then a 12 MB model */
+    size_t fr = 0, tot = 0;
+    assert_int_equal(cudaMemGetInfo(&fr, &tot), cudaSuccess);
+    void *hog = NULL;
+    assert_int_equal(cudaMalloc(&hog, fr - (4 << 20)), cudaSuccess);
+    o.gpu_memory_utilization = 0;
+    o.kv_cache_memory = 64 << 20;
+    rc = cvllm_engine_create("models/cvllm-tiny-py", &o, &e);
+    printf("  a model larger than the free GPU memory: create -> %d (%s)\n", rc,
+           rc < 0 ? cvllm_last_error() : "");
+    assert_true(rc < 0);
+    cudaFree(hog);
+    /* nothing is lost: the same process then runs the model */
+    rc = cvllm_engine_create("models/cvllm-tiny-py", &o, &e);
+    assert_int_equal(rc, 0);
+    int32_t ids[4] = {1, 2, 3, 4};
+    CvllmSamplingParams p;
+    cvllm_sampling_params_default(&p);
+    p.temperature = 0, p.max_tokens = 4, p.ignore_eos = 1;
+    CvllmOutput out;
+    const int32_t *prompts[1] = {ids};
+    const int lens[1] = {4};
+    assert_int_equal(cvllm_generate(e, 1, prompts, lens, &p, &out), 0);
+    printf("  then, with the memory back: %d tokens generated\n", out.num_tokens);
+    assert_int_equal(out.num_tokens, 4);
+    cvllm_output_free(&out);
+    cvllm_engine_destroy(e);
 }
 
 int main(void) {
