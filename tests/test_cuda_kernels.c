@@ -448,10 +448,10 @@ static void test_attention_prefill(void **state) {
     (void)state;
     /* GQA ratios 1, 2, 3, 8 and MQA; odd lengths; cached prefixes (qlen < ctx); block boundaries */
     const int heads[][2] = {{4, 4}, {8, 4}, {6, 2}, {16, 2}, {8, 1}};
-    const int hds[] = {16, 32, 64, 128, 256};
+    const int hds[] = {16, 32, 64, 128, 256, 24, 80}; /* and two head_dims between the sizes */
     const int bss[] = {16, 1, 7, 32, 64, 128, 256};
     for (int hi = 0; hi < 5; hi++)
-        for (int di = 0; di < 5; di++) {
+        for (int di = 0; di < 7; di++) {
             AttnCase c = {.n_heads = heads[hi][0], .n_kv_heads = heads[hi][1], .hd = hds[di],
                           .block_size = bss[(hi + di) % 7], .kvdt = DTYPES[(hi + di) % 3],
                           .adt = DTYPES[hi % 3], .num_seqs = 4,
@@ -476,11 +476,11 @@ static void test_attention_prefill(void **state) {
 static void test_attention_decode(void **state) {
     (void)state;
     const int heads[][2] = {{4, 4}, {8, 4}, {6, 2}, {16, 2}, {8, 1}, {32, 8}};
-    const int hds[] = {16, 32, 64, 128, 256};
+    const int hds[] = {16, 32, 64, 128, 256, 24, 80};
     const int bss[] = {16, 32, 64, 128, 256, 1, 7};
     const int parts[] = {0, 1, 3, 64};
     for (int hi = 0; hi < 6; hi++)
-        for (int di = 0; di < 5; di++) {
+        for (int di = 0; di < 7; di++) {
             /* CVLLM_TEST_SMALL=2 (racecheck, which is slow): every GQA shape at head_dim 128 */
             if (small_run() > 1 && di != 3) continue;
             AttnCase c = {.n_heads = heads[hi][0], .n_kv_heads = heads[hi][1], .hd = hds[di],

@@ -77,7 +77,11 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     const int part_size = max(32, ((ctx + num_parts - 1) / num_parts + 31) / 32 * 32);
     const int j0 = part * part_size, j1 = min(ctx, j0 + part_size);
     const int t = p.cu_seqlens_q[s + 1] - 1; /* the sequence's query token */
-    const int64_t kv_stride = (int64_t)p.n_kv_heads * HD;
+    /* hd: the real head_dim, HD the kernel's (the next size up): elements past hd are zeros
+     * in q, k and v, so they add nothing; 16-byte loads only when hd == HD */
+    const int hd = p.hd;
+    const bool full = hd == HD;
+    const int64_t kv_stride = (int64_t)p.n_kv_heads * hd;
     const int32_t *table = p.block_tables + (int64_t)s * p.max_blocks_per_seq;
     const C *kc = (const C *)p.k_cache, *vc = (const C *)p.v_cache;
 
@@ -89,8 +93,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
 #pragma unroll
         for (int v = 0; v < VEC; v++) {
             acc[h][v] = 0.0f;
-            q[h][v] = h < nh && t >= 0 ? p.q[(int64_t)t * p.ldq + (int64_t)(h0 + h) * HD + li * VEC + v]
-                                       : 0.0f;
+            q[h][v] = h < nh && t >= 0 && li * VEC + v < hd
+                          ? p.q[(int64_t)t * p.ldq + (int64_t)(h0 + h) * hd + li * VEC + v]
+                          : 0.0f;
         }
     }
     /* the loop bound is the same for the whole warp (the shuffles need every lane): a lane
@@ -101,9 +106,18 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         float k[VEC], v[VEC];
         if (valid) {
             const int64_t slot = (int64_t)table[j / p.block_size] * p.block_size + j % p.block_size;
-            const int64_t off = slot * kv_stride + (int64_t)kvh * HD + li * VEC;
-            load_vec<C, VEC>(kc + off, k);
-            load_vec<C, VEC>(vc + off, v);
+            const int64_t off = slot * kv_stride + (int64_t)kvh * hd + li * VEC;
+            if (full) {
+                load_vec<C, VEC>(kc + off, k);
+                load_vec<C, VEC>(vc + off, v);
+            } else {
+#pragma unroll
+                for (int e = 0; e < VEC; e++) {
+                    const bool in = li * VEC + e < hd;
+                    k[e] = in ? to_f32(kc[off + e]) : 0.0f;
+                    v[e] = in ? to_f32(vc[off + e]) : 0.0f;
+                }
+            }
         } else {
 #pragma unroll
             for (int e = 0; e < VEC; e++) k[e] = v[e] = 0.0f;
@@ -157,8 +171,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < nh * HD; i += blockDim.x) {
-        const int h = i / HD, d = i % HD;
+    for (int i = threadIdx.x; i < nh * hd; i += blockDim.x) {
+        const int h = i / hd, d = i % hd;
         float M = -INFINITY;
         for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, sm_m[w][h]);
         float L = 0.0f, A = 0.0f;
@@ -170,13 +184,13 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             }
         const int head = h0 + h;
         if (num_parts == 1) {
-            if (t >= 0) store_out(p.out, p.adt, (int64_t)t * p.n_heads * HD + (int64_t)head * HD + d,
+            if (t >= 0) store_out(p.out, p.adt, (int64_t)t * p.n_heads * hd + (int64_t)head * hd + d,
                                   L > 0.0f ? A / L : 0.0f);
         } else {
             const int64_t r = ((int64_t)s * p.n_heads + head) * num_parts + part;
             float *ml = ws, *wacc = ws + (int64_t)p.num_seqs * p.n_heads * num_parts * 2;
             if (d == 0) ml[2 * r] = M, ml[2 * r + 1] = L;
-            wacc[r * HD + d] = A;
+            wacc[r * hd + d] = A;
         }
     }
 }
@@ -205,9 +219,7 @@ __global__ void attention_decode_merge_kernel(AttentionParams p, int num_parts, 
     }
 }
 
-extern "C" int attention_cuda_supported(int hd) {
-    return hd == 16 || hd == 32 || hd == 64 || hd == 128 || hd == 256;
-}
+extern "C" int attention_cuda_supported(int hd) { return hd >= 2 && hd <= 256 && hd % 2 == 0; }
 
 extern "C" size_t attention_decode_ws_bytes(int num_seqs, int n_heads, int hd, int num_parts) {
     if (num_parts <= 1) return 0;
@@ -231,8 +243,14 @@ static void launch_decode(const AttentionParams &p, int num_parts, float *ws, cu
     attention_decode_kernel<C, HD><<<grid, DEC_WARPS * 32, 0, stream>>>(p, num_parts, ws);
 }
 
+/* the kernel size for a head_dim: the next of 16, 32, 64, 128, 256 */
+static int padded_hd(int hd) {
+    int h = 16;
+    while (h < hd) h *= 2;
+    return h;
+}
 #define DISPATCH_HD(hd, HDC, ...)                                                                  \
-    switch (hd) {                                                                                  \
+    switch (padded_hd(hd)) {                                                                       \
     case 16: { constexpr int HDC = 16; __VA_ARGS__; break; }                                       \
     case 32: { constexpr int HDC = 32; __VA_ARGS__; break; }                                       \
     case 64: { constexpr int HDC = 64; __VA_ARGS__; break; }                                       \
@@ -245,7 +263,7 @@ static int check_params(const AttentionParams *p) {
     if (!attention_cuda_supported(p->hd) || p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads)
         return cvllm_errorf(CVLLM_EUNSUPPORTED,
                             "cuda attention: head_dim %d with %d heads / %d kv heads (supported: "
-                            "head_dim 16, 32, 64, 128 or 256, heads a multiple of kv heads)",
+                            "an even head_dim up to 256, heads a multiple of kv heads)",
                             p->hd, p->n_heads, p->n_kv_heads);
     return 0;
 }
@@ -287,7 +305,8 @@ __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams 
     if (tile0 >= qlen) return;
     const int ctx = p.context_lens[s], kvh = h / (p.n_heads / p.n_kv_heads);
     const int rows = min(PRE_BQ, qlen - tile0);
-    const int64_t kv_stride = (int64_t)p.n_kv_heads * HD;
+    const int hd = p.hd; /* <= HD: the columns past it stay zero in Qs, Ks, Vs */
+    const int64_t kv_stride = (int64_t)p.n_kv_heads * hd;
     const int32_t *table = p.block_tables + (int64_t)s * p.max_blocks_per_seq;
     const C *kc = (const C *)p.k_cache, *vc = (const C *)p.v_cache;
     const int r = threadIdx.x >> 2, c = threadIdx.x & 3;
@@ -296,7 +315,7 @@ __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams 
 
     for (int i = threadIdx.x; i < PRE_BQ * HD; i += blockDim.x) {
         const int rr = i / HD, d = i % HD;
-        Qs[rr * LD + d] = rr < rows ? p.q[(int64_t)(q0 + tile0 + rr) * p.ldq + (int64_t)h * HD + d] : 0.0f;
+        Qs[rr * LD + d] = rr < rows && d < hd ? p.q[(int64_t)(q0 + tile0 + rr) * p.ldq + (int64_t)h * hd + d] : 0.0f;
     }
     float o[ND], m = -INFINITY, l = 0.0f;
 #pragma unroll
@@ -307,10 +326,10 @@ __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams 
         for (int i = threadIdx.x; i < PRE_BK * HD; i += blockDim.x) {
             const int j = i / HD, d = i % HD, key = kt + j;
             float kv = 0.0f, vv = 0.0f;
-            if (key < kmax) {
+            if (key < kmax && d < hd) {
                 const int64_t slot = (int64_t)table[key / p.block_size] * p.block_size + key % p.block_size;
-                kv = to_f32(kc[slot * kv_stride + (int64_t)kvh * HD + d]);
-                vv = to_f32(vc[slot * kv_stride + (int64_t)kvh * HD + d]);
+                kv = to_f32(kc[slot * kv_stride + (int64_t)kvh * hd + d]);
+                vv = to_f32(vc[slot * kv_stride + (int64_t)kvh * hd + d]);
             }
             Ks[j * LD + d] = kv;
             Vs[j * LD + d] = vv;
@@ -352,9 +371,10 @@ __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams 
         }
     }
     if (r < rows) {
-        const int64_t base = (int64_t)(q0 + tile0 + r) * p.n_heads * HD + (int64_t)h * HD;
+        const int64_t base = (int64_t)(q0 + tile0 + r) * p.n_heads * hd + (int64_t)h * hd;
 #pragma unroll
-        for (int k = 0; k < ND; k++) store_out(p.out, p.adt, base + c + 4 * k, l > 0.0f ? o[k] / l : 0.0f);
+        for (int k = 0; k < ND; k++)
+            if (c + 4 * k < hd) store_out(p.out, p.adt, base + c + 4 * k, l > 0.0f ? o[k] / l : 0.0f);
     }
 }
 

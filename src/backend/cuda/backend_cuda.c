@@ -362,7 +362,7 @@ static int backend_cuda_create(const ModelConfig *cfg, const ModelWeights *w,
     if (cfg->num_key_value_heads <= 0 || cfg->num_attention_heads % cfg->num_key_value_heads ||
         !attention_cuda_supported(cfg->head_dim))
         return cvllm_errorf(CVLLM_EUNSUPPORTED, "cuda backend: %d heads, %d kv heads, head_dim %d "
-                            "(need heads a multiple of kv heads, head_dim 16, 32, 64, 128 or 256)",
+                            "(need heads a multiple of kv heads and an even head_dim of at most 256)",
                             cfg->num_attention_heads, cfg->num_key_value_heads, cfg->head_dim);
     const DType adt = w->embed_tokens.dtype;
     const int H = cfg->hidden_size, hd = cfg->head_dim, qd = cfg->num_attention_heads * hd,

@@ -96,7 +96,8 @@ typedef struct {
     int max_seqlen_q, max_seqlen_k; /* bounds: grids are sized by them */
 } AttentionParams;
 
-/* Whether the kernels support this head_dim (16, 32, 64, 128, 256) and cache dtype. */
+/* Whether the kernels support this head_dim: any even one up to 256 (the kernels are built for
+ * 16, 32, 64, 128 and 256; another runs in the next size up, its extra columns zero). */
 int attention_cuda_supported(int hd);
 
 /* Decode: one query token per sequence (the last token of each sequence's rows).
