@@ -19,10 +19,10 @@
  *    the logits part (printed: how many tokens agree);
  *  - bad input: a prompt longer than the KV cache is refused with a message, and a GPU memory
  *    budget too small for one KV block fails at create with a message. */
+#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <cmocka.h>
 
 #include <cuda_runtime.h>
 #include <glob.h>
@@ -51,7 +51,8 @@ typedef struct {
 static int32_t *ids_from_json(json_t *a, int *n) {
     *n = (int)json_array_size(a);
     int32_t *ids = malloc((size_t)(*n ? *n : 1) * sizeof(int32_t));
-    for (int i = 0; i < *n; i++) ids[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+    for (int i = 0; i < *n; i++)
+        ids[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
     return ids;
 }
 
@@ -96,7 +97,7 @@ typedef struct {
     int n, vocab;
     int64_t *req;
     float **first;
-    double **margin;   /* [n][MAX_STEPS] */
+    double **margin; /* [n][MAX_STEPS] */
     int *steps_seen;
     int32_t **ids;
     int *num_ids;
@@ -112,8 +113,10 @@ static void hook(void *ctx, int64_t request_id, const float *logits, int vocab) 
         }
         float a = -INFINITY, b = -INFINITY, lo = INFINITY;
         for (int k = 0; k < vocab; k++) {
-            if (logits[k] > a) b = a, a = logits[k];
-            else if (logits[k] > b) b = logits[k];
+            if (logits[k] > a)
+                b = a, a = logits[k];
+            else if (logits[k] > b)
+                b = logits[k];
             if (logits[k] < lo) lo = logits[k];
         }
         if (r->steps_seen[i] < MAX_STEPS) r->margin[i][r->steps_seen[i]] = (a - b) / (a - lo);
@@ -128,8 +131,10 @@ typedef struct {
 } RunCfg;
 
 static void run_free(Run *r) {
-    for (int i = 0; i < r->n; i++) free(r->first[i]), free(r->margin[i]), free(r->ids[i]);
-    free(r->req), free(r->first), free(r->margin), free(r->steps_seen), free(r->ids), free(r->num_ids);
+    for (int i = 0; i < r->n; i++)
+        free(r->first[i]), free(r->margin[i]), free(r->ids[i]);
+    free(r->req), free(r->first), free(r->margin), free(r->steps_seen), free(r->ids),
+        free(r->num_ids);
 }
 
 /* KV bytes per token on the GPU (the model's dtype): 2 * layers * kv_heads * head_dim * size */
@@ -209,9 +214,11 @@ static int run_engine(const char *model, const Reference *ref, const RunCfg *c, 
             }
             for (int k = 0; k < n; k++)
                 for (int j = 0; j < r->n; j++)
-                    if (out[k].request_id == r->req[j] && out[k].finish_reason != CVLLM_FINISH_NONE) {
+                    if (out[k].request_id == r->req[j] &&
+                        out[k].finish_reason != CVLLM_FINISH_NONE) {
                         r->ids[j] = malloc((size_t)(out[k].num_tokens + 1) * sizeof(int32_t));
-                        memcpy(r->ids[j], out[k].token_ids, (size_t)out[k].num_tokens * sizeof(int32_t));
+                        memcpy(r->ids[j], out[k].token_ids,
+                               (size_t)out[k].num_tokens * sizeof(int32_t));
                         r->num_ids[j] = out[k].num_tokens;
                     }
         }
@@ -232,7 +239,8 @@ static double rel_err(const float *a, const float *b, int n) {
 /* Compares run a with base: -1 identical, else the first step where they part. */
 static int first_diff(const Run *a, const Run *base, int i, int max_new) {
     for (int k = 0; k < max_new; k++)
-        if (k >= a->num_ids[i] || k >= base->num_ids[i] || a->ids[i][k] != base->ids[i][k]) return k;
+        if (k >= a->num_ids[i] || k >= base->num_ids[i] || a->ids[i][k] != base->ids[i][k])
+            return k;
     return -1;
 }
 
@@ -246,7 +254,8 @@ static int check_same(const char *what, const char *model, const Run *a, const R
         double m = k < MAX_STEPS ? base->margin[i][k] : 0;
         int ok = m < tie;
         printf("    %s %s prompt %d: parts at token %d (%d vs %d), top-2 margin there %.2e of the "
-               "range: %s\n", model, what, i, k, k < a->num_ids[i] ? a->ids[i][k] : -1,
+               "range: %s\n",
+               model, what, i, k, k < a->num_ids[i] ? a->ids[i][k] : -1,
                k < base->num_ids[i] ? base->ids[i][k] : -1, m, ok ? "a near tie" : "NOT A TIE");
         bad += !ok;
     }
@@ -281,7 +290,8 @@ static void check_model(const char *model, const char *reference) {
         for (int i = 0; i < 3; i++) {
             ref.lens[i] = lens[i];
             ref.prompts[i] = malloc(lens[i] * sizeof(int32_t));
-            for (int k = 0; k < lens[i]; k++) ref.prompts[i][k] = (int32_t)((k * 131 + i * 17 + 5) % 500);
+            for (int k = 0; k < lens[i]; k++)
+                ref.prompts[i][k] = (int32_t)((k * 131 + i * 17 + 5) % 500);
         }
     }
     const int f32 = is_f32_model(model);
@@ -300,10 +310,12 @@ static void check_model(const char *model, const char *reference) {
         for (int k = 0; ref.greedy && k < ref.max_new && k_ref < 0; k++)
             if (gpu.ids[i][k] != ref.greedy[i][k]) k_ref = k;
         printf("    prompt %d (%3d tokens): first logits vs CPU %.2e, vs reference %.2e; greedy vs "
-               "reference: %s", i, ref.lens[i], e_cpu, e_ref, k_ref < 0 ? "identical\n" : "parts");
+               "reference: %s",
+               i, ref.lens[i], e_cpu, e_ref, k_ref < 0 ? "identical\n" : "parts");
         if (k_ref >= 0)
             printf(" at token %d (gpu %d, reference %d; CPU margin there %.2e)\n", k_ref,
-                   gpu.ids[i][k_ref], ref.greedy[i][k_ref], k_ref < MAX_STEPS ? cpu.margin[i][k_ref] : 0);
+                   gpu.ids[i][k_ref], ref.greedy[i][k_ref],
+                   k_ref < MAX_STEPS ? cpu.margin[i][k_ref] : 0);
         if (!(e_cpu <= tol) || !(e_ref <= tol)) {
             printf("    FAIL: logits beyond %.0e\n", tol);
             bad++;
@@ -324,7 +336,8 @@ static void check_model(const char *model, const char *reference) {
         RunCfg c = modes[m];
         if (m == 4) { /* room for the longest prompt and its continuation, about twice */
             int longest = 0;
-            for (int i = 0; i < ref.n; i++) longest = ref.lens[i] > longest ? ref.lens[i] : longest;
+            for (int i = 0; i < ref.n; i++)
+                longest = ref.lens[i] > longest ? ref.lens[i] : longest;
             c.kv_tokens = 2 * (longest + ref.max_new) + 64;
         }
         Run x;
@@ -338,7 +351,8 @@ static void check_model(const char *model, const char *reference) {
     }
     /* seeded sampling: the same ids as the CPU until the logits part */
     Run cs, gs;
-    RunCfg ccs = {.device = CVLLM_DEVICE_CPU, .sampled = 1}, gcs = {.device = CVLLM_DEVICE_CUDA, .sampled = 1};
+    RunCfg ccs = {.device = CVLLM_DEVICE_CPU, .sampled = 1},
+           gcs = {.device = CVLLM_DEVICE_CUDA, .sampled = 1};
     assert_int_equal(run_engine(model, &ref, &ccs, &cs), 0);
     assert_int_equal(run_engine(model, &ref, &gcs, &gs), 0);
     int agree = 0, total = 0;
@@ -347,8 +361,10 @@ static void check_model(const char *model, const char *reference) {
         agree += k < 0 ? ref.max_new : k;
         total += ref.max_new;
     }
-    printf("    seeded sampling (t 0.8, top-p 0.9, top-k 40, seed 42): %d of %d tokens as the CPU's "
-           "before the first parting\n", agree, total);
+    printf(
+        "    seeded sampling (t 0.8, top-p 0.9, top-k 40, seed 42): %d of %d tokens as the CPU's "
+        "before the first parting\n",
+        agree, total);
     if (f32 && agree != total) bad++;
     run_free(&cs), run_free(&gs);
     run_free(&cpu), run_free(&gpu);
@@ -384,7 +400,8 @@ static void test_presets(void **state) {
     for (int i = 0; i < 3; i++) {
         char dir[256], cmd[768];
         snprintf(dir, sizeof dir, "/tmp/cvllm-test-cuda-%s-%d", presets[i], (int)getpid());
-        snprintf(cmd, sizeof cmd, "%s mkmodel --preset %s --seed 3 %s > /dev/null", bin, presets[i], dir);
+        snprintf(cmd, sizeof cmd, "%s mkmodel --preset %s --seed 3 %s > /dev/null", bin, presets[i],
+                 dir);
         if (system(cmd) != 0) fail_msg("%s failed", cmd);
         check_model(dir, NULL);
         snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
@@ -398,25 +415,28 @@ static void test_bad_input(void **state) {
     cvllm_engine_options_default(&o);
     o.device = CVLLM_DEVICE_CUDA;
     o.verbose = 0;
-    o.max_model_len = 0;              /* lowered to what the cache holds */
+    o.max_model_len = 0;           /* lowered to what the cache holds */
     o.kv_cache_memory = 64 * 1024; /* a handful of blocks (qwen3 fixture: 768 bytes a token) */
     CvllmEngine *e = NULL;
     int rc = cvllm_engine_create("tests/fixtures/golden/qwen3", &o, &e);
     printf("  small KV cache: create -> %d %s\n", rc, rc < 0 ? cvllm_last_error() : "");
     if (rc == 0) {
         int32_t ids[300];
-        for (int i = 0; i < 300; i++) ids[i] = i % 500;
+        for (int i = 0; i < 300; i++)
+            ids[i] = i % 500;
         CvllmSamplingParams p;
         cvllm_sampling_params_default(&p);
         int64_t id = cvllm_engine_add_request(e, ids, 200, &p);
-        printf("  a prompt longer than the KV cache: %lld (%s)\n", (long long)id, id < 0 ? cvllm_last_error() : "accepted");
+        printf("  a prompt longer than the KV cache: %lld (%s)\n", (long long)id,
+               id < 0 ? cvllm_last_error() : "accepted");
         assert_true(id < 0);
         cvllm_engine_destroy(e);
     }
     o.kv_cache_memory = 0;
     o.gpu_memory_utilization = 0.001; /* less than the weights and the workspace already use */
     rc = cvllm_engine_create("tests/fixtures/golden/qwen3", &o, &e);
-    printf("  gpu_memory_utilization 0.001: create -> %d (%s)\n", rc, rc < 0 ? cvllm_last_error() : "");
+    printf("  gpu_memory_utilization 0.001: create -> %d (%s)\n", rc,
+           rc < 0 ? cvllm_last_error() : "");
     assert_true(rc < 0);
     /* a model that does not fit: all but 4 MiB of the GPU taken first, then a 12 MB model */
     size_t fr = 0, tot = 0;

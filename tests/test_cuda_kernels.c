@@ -13,10 +13,10 @@
  * backend.h's semantics (same Philox uniforms): greedy ids and log-probs must match; sampled ids
  * may differ only where the uniform falls within rounding of a boundary (counted, at most 1%),
  * and the empirical distribution of 4000 draws is within total-variation 0.05 of the exact one. */
+#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <cmocka.h>
 
 #include <math.h>
 #include <stdio.h>
@@ -59,7 +59,9 @@ static float frand(void) { /* uniform in [-1, 1) */
     g_rng ^= g_rng << 17;
     return (float)((g_rng >> 40) * (1.0 / (1ull << 23)) - 1.0);
 }
-static int irand(int n) { return (int)(((frand() + 1.0f) * 0.5f) * n) % n; }
+static int irand(int n) {
+    return (int)(((frand() + 1.0f) * 0.5f) * n) % n;
+}
 
 /* v rounded to dt and back (what the device sees of an f32 value stored in dt) */
 static float round_to(DType dt, float v) {
@@ -70,13 +72,18 @@ static float round_to(DType dt, float v) {
 static void *pack(DType dt, const float *x, int64_t n) { /* host array of dt */
     void *p = xmalloc((size_t)n * dtype_size(dt));
     for (int64_t i = 0; i < n; i++) {
-        if (dt == DTYPE_BF16) ((uint16_t *)p)[i] = f32_to_bf16(x[i]);
-        else if (dt == DTYPE_F16) ((uint16_t *)p)[i] = f32_to_f16(x[i]);
-        else ((float *)p)[i] = x[i];
+        if (dt == DTYPE_BF16)
+            ((uint16_t *)p)[i] = f32_to_bf16(x[i]);
+        else if (dt == DTYPE_F16)
+            ((uint16_t *)p)[i] = f32_to_f16(x[i]);
+        else
+            ((float *)p)[i] = x[i];
     }
     return p;
 }
-static void unpack(DType dt, const void *p, float *x, int64_t n) { cpu_to_f32(x, p, dt, 0, n); }
+static void unpack(DType dt, const void *p, float *x, int64_t n) {
+    cpu_to_f32(x, p, dt, 0, n);
+}
 
 static void *dev_upload(const void *h, size_t bytes) {
     void *d = NULL;
@@ -99,7 +106,8 @@ static void dev_download(void *h, const void *d, size_t bytes) {
 static double compare(const char *what, const float *a, const float *ref, int64_t n, double tol) {
     double maxref = 0, maxd = 0;
     int64_t worst = 0;
-    for (int64_t i = 0; i < n; i++) maxref = fmax(maxref, fabs(ref[i]));
+    for (int64_t i = 0; i < n; i++)
+        maxref = fmax(maxref, fabs(ref[i]));
     for (int64_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - ref[i]);
         if (isnan(a[i]) != isnan(ref[i])) d = INFINITY;
@@ -124,18 +132,22 @@ static void test_embedding(void **state) {
     for (int di = 0; di < 3; di++) {
         DType dt = DTYPES[di];
         float *e = xmalloc((size_t)V * H * sizeof(float));
-        for (int i = 0; i < V * H; i++) e[i] = frand();
+        for (int i = 0; i < V * H; i++)
+            e[i] = frand();
         void *eh = pack(dt, e, (int64_t)V * H);
         int32_t ids[T];
-        for (int t = 0; t < T; t++) ids[t] = irand(V);
+        for (int t = 0; t < T; t++)
+            ids[t] = irand(V);
         ids[0] = V - 1;
         void *de = dev_upload(eh, (size_t)V * H * dtype_size(dt));
         int32_t *dids = dev_upload(ids, sizeof ids);
         float *dx = dev_poisoned((size_t)T * H * sizeof(float));
         OK(embedding_cuda(dx, de, dt, dids, T, H, g_stream));
-        float *got = xmalloc((size_t)T * H * sizeof(float)), *ref = xmalloc((size_t)T * H * sizeof(float));
+        float *got = xmalloc((size_t)T * H * sizeof(float)),
+              *ref = xmalloc((size_t)T * H * sizeof(float));
         dev_download(got, dx, (size_t)T * H * sizeof(float));
-        for (int t = 0; t < T; t++) cpu_to_f32(ref + (int64_t)t * H, eh, dt, (int64_t)ids[t] * H, H);
+        for (int t = 0; t < T; t++)
+            cpu_to_f32(ref + (int64_t)t * H, eh, dt, (int64_t)ids[t] * H, H);
         compare("embedding", got, ref, (int64_t)T * H, 0.0);
         cudaFree(de), cudaFree(dids), cudaFree(dx);
         free(e), free(eh), free(got), free(ref);
@@ -154,17 +166,22 @@ static void test_residual_rmsnorm(void **state) {
                 float *x = xmalloc(n * sizeof(float)), *add = xmalloc(n * sizeof(float)),
                       *w = xmalloc(H * sizeof(float)), *ref = xmalloc(n * sizeof(float)),
                       *xref = xmalloc(n * sizeof(float)), *got = xmalloc(n * sizeof(float));
-                for (int64_t i = 0; i < n; i++) x[i] = 3 * frand(), add[i] = frand();
-                for (int i = 0; i < H; i++) w[i] = 1 + 0.5f * frand();
-                float *dx = dev_upload(x, n * sizeof(float)), *dadd = dev_upload(add, n * sizeof(float)),
+                for (int64_t i = 0; i < n; i++)
+                    x[i] = 3 * frand(), add[i] = frand();
+                for (int i = 0; i < H; i++)
+                    w[i] = 1 + 0.5f * frand();
+                float *dx = dev_upload(x, n * sizeof(float)),
+                      *dadd = dev_upload(add, n * sizeof(float)),
                       *dw = dev_upload(w, H * sizeof(float));
                 void *dh = dev_poisoned(n * dtype_size(dt));
-                OK(residual_rmsnorm_cuda(dx, with_add ? dadd : NULL, dw, dh, dt, T, H, 1e-6f, g_stream));
+                OK(residual_rmsnorm_cuda(dx, with_add ? dadd : NULL, dw, dh, dt, T, H, 1e-6f,
+                                         g_stream));
                 memcpy(xref, x, n * sizeof(float));
                 for (int t = 0; t < T; t++) {
                     float *xr = xref + (int64_t)t * H;
                     if (with_add)
-                        for (int i = 0; i < H; i++) xr[i] += add[(int64_t)t * H + i];
+                        for (int i = 0; i < H; i++)
+                            xr[i] += add[(int64_t)t * H + i];
                     rmsnorm_cpu(ref + (int64_t)t * H, xr, w, H, 1e-6f);
                 }
                 void *hh = xmalloc(n * dtype_size(dt));
@@ -190,22 +207,29 @@ static void test_qk_norm_rope(void **state) {
             float *qkv = xmalloc(n * sizeof(float)), *ref = xmalloc(n * sizeof(float)),
                   *got = xmalloc(n * sizeof(float));
             float qn[256], kn[256], inv[128], cs[128], sn[128];
-            for (int64_t i = 0; i < n; i++) qkv[i] = 2 * frand();
-            for (int i = 0; i < hd; i++) qn[i] = 1 + 0.3f * frand(), kn[i] = 1 + 0.3f * frand();
+            for (int64_t i = 0; i < n; i++)
+                qkv[i] = 2 * frand();
+            for (int i = 0; i < hd; i++)
+                qn[i] = 1 + 0.3f * frand(), kn[i] = 1 + 0.3f * frand();
             rope_inv_freq_cpu(&cfg, hd, inv);
             int32_t pos[T];
-            for (int t = 0; t < T; t++) pos[t] = t < 5 ? t : irand(12000);
-            float *d = dev_upload(qkv, n * sizeof(float)), *dinv = dev_upload(inv, sizeof(float) * hd / 2),
-                  *dqn = dev_upload(qn, sizeof(float) * hd), *dkn = dev_upload(kn, sizeof(float) * hd);
+            for (int t = 0; t < T; t++)
+                pos[t] = t < 5 ? t : irand(12000);
+            float *d = dev_upload(qkv, n * sizeof(float)),
+                  *dinv = dev_upload(inv, sizeof(float) * hd / 2),
+                  *dqn = dev_upload(qn, sizeof(float) * hd),
+                  *dkn = dev_upload(kn, sizeof(float) * hd);
             int32_t *dpos = dev_upload(pos, sizeof pos);
-            OK(qk_norm_rope_cuda(d, ld, dpos, dinv, norm ? dqn : NULL, norm ? dkn : NULL, T, nh, nkv,
-                                 hd, 1e-6f, g_stream));
+            OK(qk_norm_rope_cuda(d, ld, dpos, dinv, norm ? dqn : NULL, norm ? dkn : NULL, T, nh,
+                                 nkv, hd, 1e-6f, g_stream));
             memcpy(ref, qkv, n * sizeof(float));
             for (int t = 0; t < T; t++) {
                 float *q = ref + t * ld, *k = q + (int64_t)nh * hd;
                 if (norm) {
-                    for (int h = 0; h < nh; h++) rmsnorm_cpu(q + h * hd, q + h * hd, qn, hd, 1e-6f);
-                    for (int h = 0; h < nkv; h++) rmsnorm_cpu(k + h * hd, k + h * hd, kn, hd, 1e-6f);
+                    for (int h = 0; h < nh; h++)
+                        rmsnorm_cpu(q + h * hd, q + h * hd, qn, hd, 1e-6f);
+                    for (int h = 0; h < nkv; h++)
+                        rmsnorm_cpu(k + h * hd, k + h * hd, kn, hd, 1e-6f);
                 }
                 rope_cos_sin_cpu(pos[t], inv, hd / 2, cs, sn);
                 rope_apply_cpu(q, nh, hd, cs, sn);
@@ -225,9 +249,11 @@ static void test_store_kvcache(void **state) {
         const int T = 41, kvd = 2 * 64, slots = 97;
         const int64_t ld = 3 * kvd;
         float *kv = xmalloc((size_t)T * ld * sizeof(float));
-        for (int64_t i = 0; i < T * ld; i++) kv[i] = frand();
+        for (int64_t i = 0; i < T * ld; i++)
+            kv[i] = frand();
         int64_t slot[T];
-        for (int t = 0; t < T; t++) slot[t] = t % 3 == 0 ? -1 : (t * 7) % slots; /* distinct */
+        for (int t = 0; t < T; t++)
+            slot[t] = t % 3 == 0 ? -1 : (t * 7) % slots; /* distinct */
         float *dkv = dev_upload(kv, (size_t)T * ld * sizeof(float));
         int64_t *dslot = dev_upload(slot, sizeof slot);
         const size_t cb = (size_t)slots * kvd * dtype_size(dt);
@@ -250,7 +276,8 @@ static void test_store_kvcache(void **state) {
         }
         for (int s = 0; s < slots; s++) /* a slot of -1 writes nothing: the poison is intact */
             if (!written[s])
-                for (int i = 0; i < kvd; i++) assert_true(isnan(fk[s * kvd + i]) && isnan(fv[s * kvd + i]));
+                for (int i = 0; i < kvd; i++)
+                    assert_true(isnan(fk[s * kvd + i]) && isnan(fv[s * kvd + i]));
         cudaFree(dkv), cudaFree(dslot), cudaFree(kc), cudaFree(vc);
         free(kv), free(hk), free(hv), free(fk), free(fv);
     }
@@ -263,7 +290,8 @@ static void test_silu_mul_gather_bias(void **state) {
         const DType dt = DTYPES[di];
         float *gu = xmalloc((size_t)T * 2 * I * 4), *ref = xmalloc((size_t)T * I * 4),
               *got = xmalloc((size_t)T * I * 4);
-        for (int64_t i = 0; i < (int64_t)T * 2 * I; i++) gu[i] = 6 * frand();
+        for (int64_t i = 0; i < (int64_t)T * 2 * I; i++)
+            gu[i] = 6 * frand();
         for (int t = 0; t < T; t++) {
             memcpy(ref + (int64_t)t * I, gu + (int64_t)t * 2 * I, I * 4);
             silu_mul_cpu(ref + (int64_t)t * I, gu + (int64_t)t * 2 * I + I, I);
@@ -279,21 +307,25 @@ static void test_silu_mul_gather_bias(void **state) {
         free(gu), free(ref), free(got), free(hg);
     }
     /* gather + bias */
-    float *x = xmalloc((size_t)T * H * 4), *bias = xmalloc(H * 4), *ref = xmalloc((size_t)T * H * 4),
-          *got = xmalloc((size_t)T * H * 4);
-    for (int i = 0; i < T * H; i++) x[i] = frand();
-    for (int i = 0; i < H; i++) bias[i] = frand();
+    float *x = xmalloc((size_t)T * H * 4), *bias = xmalloc(H * 4),
+          *ref = xmalloc((size_t)T * H * 4), *got = xmalloc((size_t)T * H * 4);
+    for (int i = 0; i < T * H; i++)
+        x[i] = frand();
+    for (int i = 0; i < H; i++)
+        bias[i] = frand();
     int32_t idx[5] = {12, 0, 5, 5, 7};
     float *dx = dev_upload(x, (size_t)T * H * 4), *db = dev_upload(bias, H * 4),
           *dy = dev_poisoned((size_t)5 * H * 4);
     int32_t *didx = dev_upload(idx, sizeof idx);
     OK(gather_rows_cuda(dy, dx, didx, 5, H, g_stream));
-    for (int i = 0; i < 5; i++) memcpy(ref + i * H, x + idx[i] * H, H * 4);
+    for (int i = 0; i < 5; i++)
+        memcpy(ref + i * H, x + idx[i] * H, H * 4);
     dev_download(got, dy, (size_t)5 * H * 4);
     compare("gather", got, ref, 5 * H, 0.0);
     OK(add_bias_cuda(dx, H, db, T, H - 3, g_stream)); /* the first N = H - 3 columns */
     for (int t = 0; t < T; t++)
-        for (int i = 0; i < H; i++) ref[t * H + i] = x[t * H + i] + (i < H - 3 ? bias[i] : 0.0f);
+        for (int i = 0; i < H; i++)
+            ref[t * H + i] = x[t * H + i] + (i < H - 3 ? bias[i] : 0.0f);
     dev_download(got, dx, (size_t)T * H * 4);
     compare("add_bias", got, ref, T * H, 0.0);
     cudaFree(dx), cudaFree(db), cudaFree(dy), cudaFree(didx);
@@ -308,7 +340,7 @@ static void test_gemm(void **state) {
     CK(cudaMalloc(&ws, 32 << 20));
     CudaGemm *g = NULL;
     OK(gemm_create(&g, ws, 32 << 20));
-    const int shapes[][3] = {{1, 1024, 1024}, {3, 4096, 1024}, {17, 3072, 1024}, {64, 512, 96},
+    const int shapes[][3] = {{1, 1024, 1024},  {3, 4096, 1024}, {17, 3072, 1024}, {64, 512, 96},
                              {257, 1000, 320}, {5, 151936, 64}, {1000, 96, 128}};
     for (int si = 0; si < 7; si++)
         for (int di = 0; di < 3; di++) {
@@ -316,8 +348,10 @@ static void test_gemm(void **state) {
             const DType dt = DTYPES[di];
             const int64_t ldy = N + (si & 1) * 5;
             float *x = xmalloc((size_t)T * K * 4), *w = xmalloc((size_t)N * K * 4);
-            for (int64_t i = 0; i < (int64_t)T * K; i++) x[i] = round_to(dt, frand());
-            for (int64_t i = 0; i < (int64_t)N * K; i++) w[i] = round_to(dt, 0.5f * frand());
+            for (int64_t i = 0; i < (int64_t)T * K; i++)
+                x[i] = round_to(dt, frand());
+            for (int64_t i = 0; i < (int64_t)N * K; i++)
+                w[i] = round_to(dt, 0.5f * frand());
             void *xh = pack(dt, x, (int64_t)T * K), *wh = pack(dt, w, (int64_t)N * K);
             void *dxh = dev_upload(xh, (size_t)T * K * dtype_size(dt)),
                  *dwh = dev_upload(wh, (size_t)N * K * dtype_size(dt));
@@ -326,8 +360,10 @@ static void test_gemm(void **state) {
             float *got = xmalloc((size_t)T * ldy * 4), *ref = xmalloc((size_t)T * N * 4),
                   *gotc = xmalloc((size_t)T * N * 4);
             dev_download(got, dy, (size_t)T * ldy * 4);
-            for (int t = 0; t < T; t++) memcpy(gotc + (int64_t)t * N, got + t * ldy, (size_t)N * 4);
-            MatmulArgs a = {.x = x, .ldx = K, .T = T, .w = w, .wdt = DTYPE_F32, .K = K, .y = ref, .ldy = N};
+            for (int t = 0; t < T; t++)
+                memcpy(gotc + (int64_t)t * N, got + t * ldy, (size_t)N * 4);
+            MatmulArgs a = {
+                .x = x, .ldx = K, .T = T, .w = w, .wdt = DTYPE_F32, .K = K, .y = ref, .ldy = N};
             matmul_rows_scalar(&a, 0, N);
             char what[64];
             snprintf(what, sizeof what, "gemm %s [%d,%d]x[%d,%d]^T", dtype_name(dt), T, K, N, K);
@@ -361,11 +397,13 @@ static void run_attention_case(const AttnCase *c) {
     }
     maxblk += 1; /* a padded column: -1 */
     int num_blocks = 0;
-    for (int s = 0; s < S; s++) num_blocks += (c->ctx[s] + bs - 1) / bs;
+    for (int s = 0; s < S; s++)
+        num_blocks += (c->ctx[s] + bs - 1) / bs;
     num_blocks += 3;
     /* block tables: a random permutation of the blocks */
     int32_t *perm = xmalloc(num_blocks * sizeof(int32_t));
-    for (int i = 0; i < num_blocks; i++) perm[i] = i;
+    for (int i = 0; i < num_blocks; i++)
+        perm[i] = i;
     for (int i = num_blocks - 1; i > 0; i--) {
         int j = irand(i + 1), t = perm[i];
         perm[i] = perm[j], perm[j] = t;
@@ -378,13 +416,16 @@ static void run_attention_case(const AttnCase *c) {
     /* the cache, random everywhere, as the device type */
     const int64_t kvs = (int64_t)nkv * hd, cache_n = (int64_t)num_blocks * bs * kvs;
     float *kf = xmalloc(cache_n * 4), *vf = xmalloc(cache_n * 4);
-    for (int64_t i = 0; i < cache_n; i++) kf[i] = round_to(c->kvdt, frand()), vf[i] = round_to(c->kvdt, frand());
+    for (int64_t i = 0; i < cache_n; i++)
+        kf[i] = round_to(c->kvdt, frand()), vf[i] = round_to(c->kvdt, frand());
     void *kh = pack(c->kvdt, kf, cache_n), *vh = pack(c->kvdt, vf, cache_n);
     /* queries in a padded qkv-like buffer */
     const int64_t ldq = (int64_t)(nh + 2 * nkv) * hd;
     float *q = xmalloc((size_t)T * ldq * 4), *qc = xmalloc((size_t)T * nh * hd * 4);
-    for (int64_t i = 0; i < T * ldq; i++) q[i] = 2 * frand();
-    for (int t = 0; t < T; t++) memcpy(qc + (int64_t)t * nh * hd, q + t * ldq, (size_t)nh * hd * 4);
+    for (int64_t i = 0; i < T * ldq; i++)
+        q[i] = 2 * frand();
+    for (int t = 0; t < T; t++)
+        memcpy(qc + (int64_t)t * nh * hd, q + t * ldq, (size_t)nh * hd * 4);
     int32_t cu[9] = {0}, *nkeys = xmalloc(T * 4), *tseq = xmalloc(T * 4);
     for (int s = 0; s < S; s++) {
         cu[s + 1] = cu[s] + c->qlen[s];
@@ -396,25 +437,52 @@ static void run_attention_case(const AttnCase *c) {
     /* CPU reference */
     float *ref = xmalloc((size_t)T * nh * hd * 4);
     float *scratch = xmalloc((size_t)threadpool_size(g_pool) * nh * (maxk + 1) * 4);
-    AttentionArgs aa = {.q = qc, .out = ref, .k_cache = kf, .v_cache = vf, .kv_bf16 = 0,
-                        .num_tokens = T, .n_heads = nh, .n_kv_heads = nkv, .head_dim = hd,
-                        .block_size = bs, .scale = 1.0f / sqrtf((float)hd), .num_keys = nkeys,
-                        .token_seq = tseq, .block_tables = tables, .max_blocks_per_seq = maxblk,
-                        .scratch = scratch, .scratch_stride = (int64_t)nh * (maxk + 1)};
+    AttentionArgs aa = {.q = qc,
+                        .out = ref,
+                        .k_cache = kf,
+                        .v_cache = vf,
+                        .kv_bf16 = 0,
+                        .num_tokens = T,
+                        .n_heads = nh,
+                        .n_kv_heads = nkv,
+                        .head_dim = hd,
+                        .block_size = bs,
+                        .scale = 1.0f / sqrtf((float)hd),
+                        .num_keys = nkeys,
+                        .token_seq = tseq,
+                        .block_tables = tables,
+                        .max_blocks_per_seq = maxblk,
+                        .scratch = scratch,
+                        .scratch_stride = (int64_t)nh * (maxk + 1)};
     attention_cpu(g_pool, &aa);
     /* device */
     const size_t cb = cache_n * dtype_size(c->kvdt), ob = (size_t)T * nh * hd * dtype_size(c->adt);
     void *dk = dev_upload(kh, cb), *dv = dev_upload(vh, cb);
     float *dq = dev_upload(q, (size_t)T * ldq * 4);
-    int32_t *dcu = dev_upload(cu, sizeof(int32_t) * (S + 1)), *dtab = dev_upload(tables, (size_t)S * maxblk * 4);
+    int32_t *dcu = dev_upload(cu, sizeof(int32_t) * (S + 1)),
+            *dtab = dev_upload(tables, (size_t)S * maxblk * 4);
     int32_t ctxs[8];
-    for (int s = 0; s < S; s++) ctxs[s] = c->ctx[s];
+    for (int s = 0; s < S; s++)
+        ctxs[s] = c->ctx[s];
     int32_t *dctx = dev_upload(ctxs, sizeof(int32_t) * S);
-    AttentionParams p = {.q = dq, .ldq = ldq, .adt = c->adt, .k_cache = dk, .v_cache = dv,
-                         .kvdt = c->kvdt, .n_heads = nh, .n_kv_heads = nkv, .hd = hd,
-                         .block_size = bs, .scale = 1.0f / sqrtf((float)hd), .num_seqs = S,
-                         .cu_seqlens_q = dcu, .context_lens = dctx, .block_tables = dtab,
-                         .max_blocks_per_seq = maxblk, .max_seqlen_q = maxq, .max_seqlen_k = maxk};
+    AttentionParams p = {.q = dq,
+                         .ldq = ldq,
+                         .adt = c->adt,
+                         .k_cache = dk,
+                         .v_cache = dv,
+                         .kvdt = c->kvdt,
+                         .n_heads = nh,
+                         .n_kv_heads = nkv,
+                         .hd = hd,
+                         .block_size = bs,
+                         .scale = 1.0f / sqrtf((float)hd),
+                         .num_seqs = S,
+                         .cu_seqlens_q = dcu,
+                         .context_lens = dctx,
+                         .block_tables = dtab,
+                         .max_blocks_per_seq = maxblk,
+                         .max_seqlen_q = maxq,
+                         .max_seqlen_k = maxk};
     float *got = xmalloc((size_t)T * nh * hd * 4);
     void *oh = xmalloc(ob);
     char what[160];
@@ -432,7 +500,8 @@ static void run_attention_case(const AttnCase *c) {
         CK(cudaGetLastError());
         dev_download(oh, p.out, ob);
         unpack(c->adt, oh, got, (int64_t)T * nh * hd);
-        snprintf(what, sizeof what, "%s attention hd %d heads %d/%d bs %d kv %s out %s seqs %d ctx0 %d q0 %d",
+        snprintf(what, sizeof what,
+                 "%s attention hd %d heads %d/%d bs %d kv %s out %s seqs %d ctx0 %d q0 %d",
                  kind ? "decode" : "prefill", hd, nh, nkv, bs, dtype_name(c->kvdt),
                  dtype_name(c->adt), S, c->ctx[0], c->qlen[0]);
         compare(what, got, ref, (int64_t)T * nh * hd, tol_for(c->adt, 2e-5));
@@ -440,8 +509,8 @@ static void run_attention_case(const AttnCase *c) {
         cudaFree(ws);
     }
     cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(dcu), cudaFree(dtab), cudaFree(dctx);
-    free(perm), free(tables), free(kf), free(vf), free(kh), free(vh), free(q), free(qc), free(nkeys),
-        free(tseq), free(ref), free(scratch), free(got), free(oh);
+    free(perm), free(tables), free(kf), free(vf), free(kh), free(vh), free(q), free(qc),
+        free(nkeys), free(tseq), free(ref), free(scratch), free(got), free(oh);
 }
 
 static void test_attention_prefill(void **state) {
@@ -452,24 +521,41 @@ static void test_attention_prefill(void **state) {
     const int bss[] = {16, 1, 7, 32, 64, 128, 256};
     for (int hi = 0; hi < 5; hi++)
         for (int di = 0; di < 7; di++) {
-            AttnCase c = {.n_heads = heads[hi][0], .n_kv_heads = heads[hi][1], .hd = hds[di],
-                          .block_size = bss[(hi + di) % 7], .kvdt = DTYPES[(hi + di) % 3],
-                          .adt = DTYPES[hi % 3], .num_seqs = 4,
-                          .ctx = {33, 1, 100, 257}, .qlen = {33, 1, 37, 64}};
+            AttnCase c = {.n_heads = heads[hi][0],
+                          .n_kv_heads = heads[hi][1],
+                          .hd = hds[di],
+                          .block_size = bss[(hi + di) % 7],
+                          .kvdt = DTYPES[(hi + di) % 3],
+                          .adt = DTYPES[hi % 3],
+                          .num_seqs = 4,
+                          .ctx = {33, 1, 100, 257},
+                          .qlen = {33, 1, 37, 64}};
             run_attention_case(&c);
         }
     /* every block size the engine allows (16..256), with f32 out so the tolerance is tight */
     for (int bs = 16; bs <= 256; bs *= 2) {
-        AttnCase c = {.n_heads = 8, .n_kv_heads = 2, .hd = 128, .block_size = bs,
-                      .kvdt = DTYPE_BF16, .adt = DTYPE_F32, .num_seqs = 3,
-                      .ctx = {bs, bs + 1, 3 * bs - 1}, .qlen = {bs, 2, bs + 3}};
+        AttnCase c = {.n_heads = 8,
+                      .n_kv_heads = 2,
+                      .hd = 128,
+                      .block_size = bs,
+                      .kvdt = DTYPE_BF16,
+                      .adt = DTYPE_F32,
+                      .num_seqs = 3,
+                      .ctx = {bs, bs + 1, 3 * bs - 1},
+                      .qlen = {bs, 2, bs + 3}};
         run_attention_case(&c);
     }
     /* a context past 8k: a chunk of 300 new tokens over a cached prefix of 8000 */
     if (small_run()) return;
-    AttnCase big = {.n_heads = 16, .n_kv_heads = 8, .hd = 128, .block_size = 16,
-                    .kvdt = DTYPE_BF16, .adt = DTYPE_F32, .num_seqs = 2,
-                    .ctx = {8300, 513}, .qlen = {300, 513}};
+    AttnCase big = {.n_heads = 16,
+                    .n_kv_heads = 8,
+                    .hd = 128,
+                    .block_size = 16,
+                    .kvdt = DTYPE_BF16,
+                    .adt = DTYPE_F32,
+                    .num_seqs = 2,
+                    .ctx = {8300, 513},
+                    .qlen = {300, 513}};
     run_attention_case(&big);
 }
 
@@ -483,20 +569,34 @@ static void test_attention_decode(void **state) {
         for (int di = 0; di < 7; di++) {
             /* CVLLM_TEST_SMALL=2 (racecheck, which is slow): every GQA shape at head_dim 128 */
             if (small_run() > 1 && di != 3) continue;
-            AttnCase c = {.n_heads = heads[hi][0], .n_kv_heads = heads[hi][1], .hd = hds[di],
-                          .block_size = bss[(hi + di) % 7], .kvdt = DTYPES[(hi + 2 * di) % 3],
-                          .adt = DTYPE_F32, .num_seqs = 5, .ctx = {1, 17, 300, 1000, 33},
-                          .qlen = {1, 1, 1, 1, 1}, .decode = 1, .parts = parts[(hi + di) % 4]};
+            AttnCase c = {.n_heads = heads[hi][0],
+                          .n_kv_heads = heads[hi][1],
+                          .hd = hds[di],
+                          .block_size = bss[(hi + di) % 7],
+                          .kvdt = DTYPES[(hi + 2 * di) % 3],
+                          .adt = DTYPE_F32,
+                          .num_seqs = 5,
+                          .ctx = {1, 17, 300, 1000, 33},
+                          .qlen = {1, 1, 1, 1, 1},
+                          .decode = 1,
+                          .parts = parts[(hi + di) % 4]};
             run_attention_case(&c);
         }
     /* contexts past 8k, split and not, every block size */
     if (small_run()) return;
     for (int bs = 16; bs <= 256; bs *= 2)
         for (int pi = 0; pi < 3; pi++) {
-            AttnCase c = {.n_heads = 16, .n_kv_heads = 8, .hd = 128, .block_size = bs,
-                          .kvdt = DTYPE_BF16, .adt = pi == 2 ? DTYPE_BF16 : DTYPE_F32,
-                          .num_seqs = 3, .ctx = {8193 + bs, 9000, 5}, .qlen = {1, 1, 1},
-                          .decode = 1, .parts = pi == 0 ? 1 : 0};
+            AttnCase c = {.n_heads = 16,
+                          .n_kv_heads = 8,
+                          .hd = 128,
+                          .block_size = bs,
+                          .kvdt = DTYPE_BF16,
+                          .adt = pi == 2 ? DTYPE_BF16 : DTYPE_F32,
+                          .num_seqs = 3,
+                          .ctx = {8193 + bs, 9000, 5},
+                          .qlen = {1, 1, 1},
+                          .decode = 1,
+                          .parts = pi == 0 ? 1 : 0};
             run_attention_case(&c);
         }
 }
@@ -559,7 +659,8 @@ static int ref_sample(const float *raw, int V, const RefRow *r, double *p_out) {
         if (r->top_k > 0 && r->top_k < V) n = r->top_k;
         if (r->top_p > 0 && r->top_p < 1) {
             double mass = 0, cum = 0;
-            for (int i = 0; i < n; i++) mass += w[idx[i]];
+            for (int i = 0; i < n; i++)
+                mass += w[idx[i]];
             const double need = r->top_p * mass;
             int j = 0;
             for (; j < n; j++) {
@@ -576,7 +677,8 @@ static int ref_sample(const float *raw, int V, const RefRow *r, double *p_out) {
         for (int i = 0; i < V; i++)
             if (keep[i]) kept += w[i];
         if (p_out)
-            for (int i = 0; i < V; i++) p_out[i] = keep[i] ? w[i] / kept : 0;
+            for (int i = 0; i < V; i++)
+                p_out[i] = keep[i] ? w[i] / kept : 0;
         const double target = cvllm_uniform(r->seed, r->index) * kept;
         double cum = 0;
         for (int i = 0; i < V; i++) {
@@ -595,16 +697,24 @@ static int ref_sample(const float *raw, int V, const RefRow *r, double *p_out) {
 
 /* The CPU backend's sampler (src/backend/cpu/sampler.c) on the same row: its uniform's counter
  * is num_output, so a row's index is its output count. */
-static int cpu_sample(const float *raw, int V, const RefRow *r, float *lp, int32_t *top, float *tlp) {
+static int cpu_sample(const float *raw, int V, const RefRow *r, float *lp, int32_t *top,
+                      float *tlp) {
     static const int32_t none[1] = {0};
     float *x = xmalloc((size_t)V * 4);
     memcpy(x, raw, (size_t)V * 4);
     CHECK(!r->ids || (uint64_t)r->num_output == r->index, "index %llu, num_output %d",
           (unsigned long long)r->index, r->num_output);
-    SamplingRow s = {.temperature = r->temperature, .top_p = r->top_p, .top_k = r->top_k,
-                     .min_p = r->min_p, .presence_penalty = r->pres, .frequency_penalty = r->freq,
-                     .repetition_penalty = r->rep, .seed = r->seed, .num_logprobs = r->num_logprobs,
-                     .prompt_ids = r->ids ? r->ids : none, .num_prompt = r->num_prompt,
+    SamplingRow s = {.temperature = r->temperature,
+                     .top_p = r->top_p,
+                     .top_k = r->top_k,
+                     .min_p = r->min_p,
+                     .presence_penalty = r->pres,
+                     .frequency_penalty = r->freq,
+                     .repetition_penalty = r->rep,
+                     .seed = r->seed,
+                     .num_logprobs = r->num_logprobs,
+                     .prompt_ids = r->ids ? r->ids : none,
+                     .num_prompt = r->num_prompt,
                      .output_ids = r->ids ? r->ids + r->num_prompt : none,
                      .num_output = (int)r->index};
     float l = 0;
@@ -618,17 +728,25 @@ static void run_sampler(const float *logits, int n, int V, const RefRow *rr, int
                         float *lp, int32_t *top_ids, float *top_lp) {
     CudaSamplingRow *rows = xcalloc(n, sizeof *rows);
     int64_t nid = 0;
-    for (int r = 0; r < n; r++) nid += rr[r].num_prompt + rr[r].num_output;
+    for (int r = 0; r < n; r++)
+        nid += rr[r].num_prompt + rr[r].num_output;
     int32_t *ids = xmalloc((nid + 1) * 4);
     nid = 0;
     for (int r = 0; r < n; r++) {
         const RefRow *a = &rr[r];
-        rows[r] = (CudaSamplingRow){.temperature = a->temperature, .top_p = a->top_p,
-                                    .min_p = a->min_p, .top_k = a->top_k,
-                                    .presence_penalty = a->pres, .frequency_penalty = a->freq,
-                                    .repetition_penalty = a->rep, .num_logprobs = a->num_logprobs,
-                                    .seed = a->seed, .draw_index = a->index, .ids_offset = nid,
-                                    .num_prompt = a->num_prompt, .num_output = a->num_output,
+        rows[r] = (CudaSamplingRow){.temperature = a->temperature,
+                                    .top_p = a->top_p,
+                                    .min_p = a->min_p,
+                                    .top_k = a->top_k,
+                                    .presence_penalty = a->pres,
+                                    .frequency_penalty = a->freq,
+                                    .repetition_penalty = a->rep,
+                                    .num_logprobs = a->num_logprobs,
+                                    .seed = a->seed,
+                                    .draw_index = a->index,
+                                    .ids_offset = nid,
+                                    .num_prompt = a->num_prompt,
+                                    .num_output = a->num_output,
                                     .has_penalty = a->num_prompt + a->num_output > 0};
         memcpy(ids + nid, a->ids, (size_t)(a->num_prompt + a->num_output) * 4);
         nid += a->num_prompt + a->num_output;
@@ -636,8 +754,10 @@ static void run_sampler(const float *logits, int n, int V, const RefRow *rr, int
     float *dl = dev_upload(logits, (size_t)n * V * 4);
     CudaSamplingRow *drows = dev_upload(rows, n * sizeof *rows);
     int32_t *dids = dev_upload(ids, (nid + 1) * 4);
-    int32_t *dtok = dev_poisoned(n * 4), *dtop = dev_poisoned((size_t)n * CUDA_SAMPLER_MAX_LOGPROBS * 4);
-    float *dlp = dev_poisoned(n * 4), *dtlp = dev_poisoned((size_t)n * CUDA_SAMPLER_MAX_LOGPROBS * 4);
+    int32_t *dtok = dev_poisoned(n * 4),
+            *dtop = dev_poisoned((size_t)n * CUDA_SAMPLER_MAX_LOGPROBS * 4);
+    float *dlp = dev_poisoned(n * 4),
+          *dtlp = dev_poisoned((size_t)n * CUDA_SAMPLER_MAX_LOGPROBS * 4);
     void *scratch = NULL;
     CK(cudaMalloc(&scratch, sampler_cuda_scratch_bytes(n, V)));
     CK(cudaMemset(scratch, 0, sampler_cuda_scratch_bytes(n, V)));
@@ -663,24 +783,32 @@ static void test_sampler_rows(void **state) {
     for (int vi = 0; vi < 2; vi++) {
         const int V = Vs[vi], n = 48;
         float *logits = xmalloc((size_t)n * V * 4);
-        for (int64_t i = 0; i < (int64_t)n * V; i++) logits[i] = 4 * frand();
+        for (int64_t i = 0; i < (int64_t)n * V; i++)
+            logits[i] = 4 * frand();
         /* ties, -inf, NaN in some rows */
-        for (int i = 0; i < V; i += 3) logits[1 * V + i] = 1.0f;
+        for (int i = 0; i < V; i += 3)
+            logits[1 * V + i] = 1.0f;
         logits[1 * V + 10] = logits[1 * V + 20] = 7.0f;
         logits[2 * V + 5] = NAN;
         logits[2 * V + 7] = -INFINITY;
-        for (int i = 0; i < V; i++) logits[3 * V + i] = NAN;
+        for (int i = 0; i < V; i++)
+            logits[3 * V + i] = NAN;
         int32_t hist[64];
-        for (int i = 0; i < 64; i++) hist[i] = irand(V);
+        for (int i = 0; i < 64; i++)
+            hist[i] = irand(V);
         hist[5] = hist[6] = hist[7]; /* repeated ids */
         RefRow rr[48];
         const float temps[] = {0, 0.7f, 1.0f, 1.3f}, tps[] = {1, 0.9f, 0.5f, 1e-6f};
         const int tks[] = {0, 1, 5, 50};
         for (int r = 0; r < n; r++) {
-            rr[r] = (RefRow){.temperature = temps[r % 4], .top_p = tps[(r / 4) % 4],
-                             .top_k = tks[(r / 16) % 3 + (r % 5 == 0)], .min_p = r % 7 == 3 ? 0.05f : 0,
-                             .rep = 1, .num_logprobs = r % 6 == 0 ? -1 : (r % 21),
-                             .seed = 1234 + r, .index = r * 3};
+            rr[r] = (RefRow){.temperature = temps[r % 4],
+                             .top_p = tps[(r / 4) % 4],
+                             .top_k = tks[(r / 16) % 3 + (r % 5 == 0)],
+                             .min_p = r % 7 == 3 ? 0.05f : 0,
+                             .rep = 1,
+                             .num_logprobs = r % 6 == 0 ? -1 : (r % 21),
+                             .seed = 1234 + r,
+                             .index = r * 3};
             if (r % 4 == 1 || r % 8 == 0) {
                 rr[r].rep = 1.2f, rr[r].freq = 0.5f, rr[r].pres = 0.3f;
                 rr[r].ids = hist, rr[r].num_prompt = 20, rr[r].num_output = 44;
@@ -700,7 +828,8 @@ static void test_sampler_rows(void **state) {
             const int cwant = cpu_sample(x, V, &rr[r], &clp, ctop, ctlp);
             if (tok[r] != cwant) {
                 if (rr[r].temperature == 0)
-                    fail_msg("V %d row %d (greedy): got %d, the CPU sampler %d", V, r, tok[r], cwant);
+                    fail_msg("V %d row %d (greedy): got %d, the CPU sampler %d", V, r, tok[r],
+                             cwant);
                 mism_cpu++;
                 printf("  note: V %d row %d sampled %d, CPU sampler %d\n", V, r, tok[r], cwant);
             } else if (rr[r].num_logprobs >= 0 && r != 2 && r != 3) {
@@ -721,20 +850,24 @@ static void test_sampler_rows(void **state) {
             /* log-probs of the raw logits (rows without NaN) */
             if (r == 2 || r == 3) continue;
             double mx = -INFINITY, se = 0;
-            for (int i = 0; i < V; i++) mx = fmax(mx, x[i]);
-            for (int i = 0; i < V; i++) se += exp((double)x[i] - mx);
+            for (int i = 0; i < V; i++)
+                mx = fmax(mx, x[i]);
+            for (int i = 0; i < V; i++)
+                se += exp((double)x[i] - mx);
             const double lse = mx + log(se);
             if (fabs(lp[r] - (x[tok[r]] - lse)) > 1e-4 * fmax(1, fabs(x[tok[r]] - lse)))
                 fail_msg("V %d row %d: logprob %g, want %g", V, r, lp[r], x[tok[r]] - lse);
             int *idx = xmalloc(V * sizeof(int));
-            for (int i = 0; i < V; i++) idx[i] = i;
+            for (int i = 0; i < V; i++)
+                idx[i] = i;
             g_w = x;
             qsort(idx, V, sizeof(int), by_weight);
             for (int k = 0; k < rr[r].num_logprobs && k < CUDA_SAMPLER_MAX_LOGPROBS; k++) {
                 if (top[r * CUDA_SAMPLER_MAX_LOGPROBS + k] != idx[k])
                     fail_msg("V %d row %d: top %d is %d, want %d", V, r, k,
                              top[r * CUDA_SAMPLER_MAX_LOGPROBS + k], idx[k]);
-                assert_true(fabs(tlp[r * CUDA_SAMPLER_MAX_LOGPROBS + k] - (x[idx[k]] - lse)) < 1e-4);
+                assert_true(fabs(tlp[r * CUDA_SAMPLER_MAX_LOGPROBS + k] - (x[idx[k]] - lse)) <
+                            1e-4);
             }
             free(idx);
         }
@@ -751,17 +884,27 @@ static void test_sampler_distribution(void **state) {
      * reference, and the histogram against the exact probabilities */
     const int V = 64, n = small_run() > 1 ? 128 : 4000; /* racecheck runs: a few rows */
     float base[64];
-    for (int i = 0; i < V; i++) base[i] = 2 * frand();
+    for (int i = 0; i < V; i++)
+        base[i] = 2 * frand();
     base[3] = base[4]; /* a tie */
-    const struct { float t, p, mp; int k; } cfgs[] = {{1.0f, 1, 0, 0}, {0.8f, 0.9f, 0, 20},
-                                                      {1.5f, 0.7f, 0.1f, 0}, {1.0f, 1, 0, 7}};
+    const struct {
+        float t, p, mp;
+        int k;
+    } cfgs[] = {{1.0f, 1, 0, 0}, {0.8f, 0.9f, 0, 20}, {1.5f, 0.7f, 0.1f, 0}, {1.0f, 1, 0, 7}};
     float *logits = xmalloc((size_t)n * V * 4);
-    for (int r = 0; r < n; r++) memcpy(logits + (int64_t)r * V, base, sizeof base);
+    for (int r = 0; r < n; r++)
+        memcpy(logits + (int64_t)r * V, base, sizeof base);
     for (int ci = 0; ci < 4; ci++) {
         RefRow *rr = xcalloc(n, sizeof *rr);
         for (int r = 0; r < n; r++)
-            rr[r] = (RefRow){.temperature = cfgs[ci].t, .top_p = cfgs[ci].p, .min_p = cfgs[ci].mp,
-                             .top_k = cfgs[ci].k, .rep = 1, .num_logprobs = -1, .seed = 99, .index = r};
+            rr[r] = (RefRow){.temperature = cfgs[ci].t,
+                             .top_p = cfgs[ci].p,
+                             .min_p = cfgs[ci].mp,
+                             .top_k = cfgs[ci].k,
+                             .rep = 1,
+                             .num_logprobs = -1,
+                             .seed = 99,
+                             .index = r};
         int32_t *tok = xmalloc(n * 4);
         float *lp = xmalloc(n * 4);
         run_sampler(logits, n, V, rr, tok, lp, NULL, NULL);
@@ -775,10 +918,12 @@ static void test_sampler_distribution(void **state) {
             emp[tok[r]] += 1.0 / n;
             emp_cpu[cwant] += 1.0 / n;
         }
-        for (int i = 0; i < V; i++) tv += 0.5 * fabs(emp[i] - p[i]), tv_cpu += 0.5 * fabs(emp[i] - emp_cpu[i]);
-        printf("  sampler distribution %d: TV distance %.4f to the exact one, %.4f to the CPU "
-               "sampler's draws; %d of %d draws differ from the reference, %d from the CPU sampler\n",
-               ci, tv, tv_cpu, mism, n, mism_cpu);
+        for (int i = 0; i < V; i++)
+            tv += 0.5 * fabs(emp[i] - p[i]), tv_cpu += 0.5 * fabs(emp[i] - emp_cpu[i]);
+        printf(
+            "  sampler distribution %d: TV distance %.4f to the exact one, %.4f to the CPU "
+            "sampler's draws; %d of %d draws differ from the reference, %d from the CPU sampler\n",
+            ci, tv, tv_cpu, mism, n, mism_cpu);
         if (n >= 4000) assert_true(tv < 0.05);
         assert_true(mism <= n / 100 && mism_cpu <= n / 100);
         free(rr), free(tok), free(lp);
@@ -794,15 +939,21 @@ int main(void) {
     }
     struct cudaDeviceProp prop;
     cudaGetDeviceProperties(&prop, 0);
-    printf("GPU: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+    printf("GPU: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
+           prop.multiProcessorCount);
     g_pool = threadpool_create(0);
     cudaStreamCreate(&g_stream);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_embedding),         cmocka_unit_test(test_residual_rmsnorm),
-        cmocka_unit_test(test_qk_norm_rope),      cmocka_unit_test(test_store_kvcache),
-        cmocka_unit_test(test_silu_mul_gather_bias), cmocka_unit_test(test_gemm),
-        cmocka_unit_test(test_attention_prefill), cmocka_unit_test(test_attention_decode),
-        cmocka_unit_test(test_sampler_rows),      cmocka_unit_test(test_sampler_distribution),
+        cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_residual_rmsnorm),
+        cmocka_unit_test(test_qk_norm_rope),
+        cmocka_unit_test(test_store_kvcache),
+        cmocka_unit_test(test_silu_mul_gather_bias),
+        cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_attention_prefill),
+        cmocka_unit_test(test_attention_decode),
+        cmocka_unit_test(test_sampler_rows),
+        cmocka_unit_test(test_sampler_distribution),
     };
     /* CVLLM_TEST_FILTER=attention* (a cmocka pattern): a subset, for compute-sanitizer runs */
     if (getenv("CVLLM_TEST_FILTER")) cmocka_set_test_filter(getenv("CVLLM_TEST_FILTER"));

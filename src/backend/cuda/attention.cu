@@ -26,9 +26,12 @@
 #define PRE_BK 32
 
 __device__ __forceinline__ void store_out(void *out, DType adt, int64_t i, float v) {
-    if (adt == DTYPE_BF16) ((__nv_bfloat16 *)out)[i] = __float2bfloat16_rn(v);
-    else if (adt == DTYPE_F16) ((__half *)out)[i] = __float2half_rn(v);
-    else ((float *)out)[i] = v;
+    if (adt == DTYPE_BF16)
+        ((__nv_bfloat16 *)out)[i] = __float2bfloat16_rn(v);
+    else if (adt == DTYPE_F16)
+        ((__half *)out)[i] = __float2half_rn(v);
+    else
+        ((float *)out)[i] = v;
 }
 
 /* Loads N elements of type C at p (aligned to N * sizeof(C) bytes, N * sizeof(C) a multiple of
@@ -42,11 +45,13 @@ template <typename C, int N> __device__ __forceinline__ void load_vec(const C *p
             uint4 u = *(const uint4 *)(p + c * E);
             const C *e = (const C *)&u;
 #pragma unroll
-            for (int i = 0; i < E; i++) f[c * E + i] = to_f32(e[i]);
+            for (int i = 0; i < E; i++)
+                f[c * E + i] = to_f32(e[i]);
         }
     } else {
 #pragma unroll
-        for (int i = 0; i < N; i++) f[i] = to_f32(p[i]);
+        for (int i = 0; i < N; i++)
+            f[i] = to_f32(p[i]);
     }
 }
 
@@ -120,15 +125,18 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             }
         } else {
 #pragma unroll
-            for (int e = 0; e < VEC; e++) k[e] = v[e] = 0.0f;
+            for (int e = 0; e < VEC; e++)
+                k[e] = v[e] = 0.0f;
         }
 #pragma unroll
         for (int h = 0; h < DEC_QH; h++) {
             float d = 0.0f;
 #pragma unroll
-            for (int e = 0; e < VEC; e++) d += q[h][e] * k[e];
+            for (int e = 0; e < VEC; e++)
+                d += q[h][e] * k[e];
 #pragma unroll
-            for (int o = LANES / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+            for (int o = LANES / 2; o > 0; o >>= 1)
+                d += __shfl_xor_sync(0xffffffffu, d, o);
             if (!valid) continue;
             const float sc = d * p.scale;
             const float mn = fmaxf(m[h], sc);
@@ -136,7 +144,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             const float pe = expf(sc - mn);
             l[h] = l[h] * corr + pe;
 #pragma unroll
-            for (int e = 0; e < VEC; e++) acc[h][e] = acc[h][e] * corr + pe * v[e];
+            for (int e = 0; e < VEC; e++)
+                acc[h][e] = acc[h][e] * corr + pe * v[e];
             m[h] = mn;
         }
     }
@@ -167,14 +176,16 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         for (int h = 0; h < DEC_QH; h++) {
             if (li == 0) sm_m[warp][h] = m[h], sm_l[warp][h] = l[h];
 #pragma unroll
-            for (int e = 0; e < VEC; e++) sm_acc[warp][h][li * VEC + e] = acc[h][e];
+            for (int e = 0; e < VEC; e++)
+                sm_acc[warp][h][li * VEC + e] = acc[h][e];
         }
     }
     __syncthreads();
     for (int i = threadIdx.x; i < nh * hd; i += blockDim.x) {
         const int h = i / hd, d = i % hd;
         float M = -INFINITY;
-        for (int w = 0; w < DEC_WARPS; w++) M = fmaxf(M, sm_m[w][h]);
+        for (int w = 0; w < DEC_WARPS; w++)
+            M = fmaxf(M, sm_m[w][h]);
         float L = 0.0f, A = 0.0f;
         if (M != -INFINITY)
             for (int w = 0; w < DEC_WARPS; w++) {
@@ -184,8 +195,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             }
         const int head = h0 + h;
         if (num_parts == 1) {
-            if (t >= 0) store_out(p.out, p.adt, (int64_t)t * p.n_heads * hd + (int64_t)head * hd + d,
-                                  L > 0.0f ? A / L : 0.0f);
+            if (t >= 0)
+                store_out(p.out, p.adt, (int64_t)t * p.n_heads * hd + (int64_t)head * hd + d,
+                          L > 0.0f ? A / L : 0.0f);
         } else {
             const int64_t r = ((int64_t)s * p.n_heads + head) * num_parts + part;
             float *ml = ws, *wacc = ws + (int64_t)p.num_seqs * p.n_heads * num_parts * 2;
@@ -203,7 +215,8 @@ __global__ void attention_decode_merge_kernel(AttentionParams p, int num_parts, 
     const int64_t r0 = ((int64_t)s * p.n_heads + h) * num_parts;
     const float *ml = ws, *wacc = ws + (int64_t)p.num_seqs * p.n_heads * num_parts * 2;
     float M = -INFINITY;
-    for (int i = 0; i < num_parts; i++) M = fmaxf(M, ml[2 * (r0 + i)]);
+    for (int i = 0; i < num_parts; i++)
+        M = fmaxf(M, ml[2 * (r0 + i)]);
     for (int d = threadIdx.x; d < HD; d += blockDim.x) {
         float L = 0.0f, A = 0.0f;
         if (M != -INFINITY)
@@ -219,7 +232,9 @@ __global__ void attention_decode_merge_kernel(AttentionParams p, int num_parts, 
     }
 }
 
-extern "C" int attention_cuda_supported(int hd) { return hd >= 2 && hd <= 256 && hd % 2 == 0; }
+extern "C" int attention_cuda_supported(int hd) {
+    return hd >= 2 && hd <= 256 && hd % 2 == 0;
+}
 
 extern "C" size_t attention_decode_ws_bytes(int num_seqs, int n_heads, int hd, int num_parts) {
     if (num_parts <= 1) return 0;
@@ -230,7 +245,7 @@ extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms)
     const int group = p->n_heads / p->n_kv_heads, chunks = (group + DEC_QH - 1) / DEC_QH;
     const int64_t blocks = (int64_t)p->num_seqs * p->n_kv_heads * chunks;
     int want = (int)((2 * (int64_t)num_sms + blocks - 1) / blocks); /* two blocks per SM */
-    const int by_ctx = (p->max_seqlen_k + 255) / 256;                /* >= 256 keys a part */
+    const int by_ctx = (p->max_seqlen_k + 255) / 256;               /* >= 256 keys a part */
     if (want > by_ctx) want = by_ctx;
     if (want > 64) want = 64;
     return want < 1 ? 1 : want;
@@ -246,17 +261,39 @@ static void launch_decode(const AttentionParams &p, int num_parts, float *ws, cu
 /* the kernel size for a head_dim: the next of 16, 32, 64, 128, 256 */
 static int padded_hd(int hd) {
     int h = 16;
-    while (h < hd) h *= 2;
+    while (h < hd)
+        h *= 2;
     return h;
 }
 #define DISPATCH_HD(hd, HDC, ...)                                                                  \
     switch (padded_hd(hd)) {                                                                       \
-    case 16: { constexpr int HDC = 16; __VA_ARGS__; break; }                                       \
-    case 32: { constexpr int HDC = 32; __VA_ARGS__; break; }                                       \
-    case 64: { constexpr int HDC = 64; __VA_ARGS__; break; }                                       \
-    case 128: { constexpr int HDC = 128; __VA_ARGS__; break; }                                     \
-    case 256: { constexpr int HDC = 256; __VA_ARGS__; break; }                                     \
-    default: break;                                                                                \
+    case 16: {                                                                                     \
+        constexpr int HDC = 16;                                                                    \
+        __VA_ARGS__;                                                                               \
+        break;                                                                                     \
+    }                                                                                              \
+    case 32: {                                                                                     \
+        constexpr int HDC = 32;                                                                    \
+        __VA_ARGS__;                                                                               \
+        break;                                                                                     \
+    }                                                                                              \
+    case 64: {                                                                                     \
+        constexpr int HDC = 64;                                                                    \
+        __VA_ARGS__;                                                                               \
+        break;                                                                                     \
+    }                                                                                              \
+    case 128: {                                                                                    \
+        constexpr int HDC = 128;                                                                   \
+        __VA_ARGS__;                                                                               \
+        break;                                                                                     \
+    }                                                                                              \
+    case 256: {                                                                                    \
+        constexpr int HDC = 256;                                                                   \
+        __VA_ARGS__;                                                                               \
+        break;                                                                                     \
+    }                                                                                              \
+    default:                                                                                       \
+        break;                                                                                     \
     }
 
 static int check_params(const AttentionParams *p) {
@@ -275,13 +312,16 @@ extern "C" int attention_decode_cuda(const AttentionParams *p, int num_parts, vo
     if (p->num_seqs <= 0) return 0;
     if (num_parts < 1) num_parts = 1;
     if (num_parts > 1 && !d_ws)
-        return cvllm_errorf(CVLLM_EINVAL, "cuda attention: %d partitions need a workspace", num_parts);
+        return cvllm_errorf(CVLLM_EINVAL, "cuda attention: %d partitions need a workspace",
+                            num_parts);
     float *ws = (float *)d_ws;
-    DISPATCH_DTYPE(p->kvdt, C, DISPATCH_HD(p->hd, HDC, launch_decode<C, HDC>(*p, num_parts, ws, stream)));
+    DISPATCH_DTYPE(p->kvdt, C,
+                   DISPATCH_HD(p->hd, HDC, launch_decode<C, HDC>(*p, num_parts, ws, stream)));
     CUDA_LAUNCH_TRY();
     if (num_parts > 1) {
         dim3 grid(p->n_heads, p->num_seqs);
-        attention_decode_merge_kernel<<<grid, p->hd < 32 ? 32 : p->hd, 0, stream>>>(*p, num_parts, ws);
+        attention_decode_merge_kernel < <<grid, p->hd<32 ? 32 : p->hd, 0, stream>>>(*p, num_parts,
+                                                                                    ws);
         CUDA_LAUNCH_TRY();
     }
     return 0;
@@ -310,16 +350,19 @@ __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams 
     const int32_t *table = p.block_tables + (int64_t)s * p.max_blocks_per_seq;
     const C *kc = (const C *)p.k_cache, *vc = (const C *)p.v_cache;
     const int r = threadIdx.x >> 2, c = threadIdx.x & 3;
-    const int pos = ctx - qlen + tile0 + r; /* this row's position: it sees keys 0 .. pos */
+    const int pos = ctx - qlen + tile0 + r;     /* this row's position: it sees keys 0 .. pos */
     const int kmax = ctx - qlen + tile0 + rows; /* keys the tile needs */
 
     for (int i = threadIdx.x; i < PRE_BQ * HD; i += blockDim.x) {
         const int rr = i / HD, d = i % HD;
-        Qs[rr * LD + d] = rr < rows && d < hd ? p.q[(int64_t)(q0 + tile0 + rr) * p.ldq + (int64_t)h * hd + d] : 0.0f;
+        Qs[rr * LD + d] = rr < rows && d < hd
+                              ? p.q[(int64_t)(q0 + tile0 + rr) * p.ldq + (int64_t)h * hd + d]
+                              : 0.0f;
     }
     float o[ND], m = -INFINITY, l = 0.0f;
 #pragma unroll
-    for (int k = 0; k < ND; k++) o[k] = 0.0f;
+    for (int k = 0; k < ND; k++)
+        o[k] = 0.0f;
 
     for (int kt = 0; kt < kmax; kt += PRE_BK) {
         __syncthreads(); /* the previous tile's K/V/P are no longer read */
@@ -327,7 +370,8 @@ __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams 
             const int j = i / HD, d = i % HD, key = kt + j;
             float kv = 0.0f, vv = 0.0f;
             if (key < kmax && d < hd) {
-                const int64_t slot = (int64_t)table[key / p.block_size] * p.block_size + key % p.block_size;
+                const int64_t slot =
+                    (int64_t)table[key / p.block_size] * p.block_size + key % p.block_size;
                 kv = to_f32(kc[slot * kv_stride + (int64_t)kvh * hd + d]);
                 vv = to_f32(vc[slot * kv_stride + (int64_t)kvh * hd + d]);
             }
@@ -341,7 +385,8 @@ __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams 
             const int j = c + 4 * i, key = kt + j;
             float d = 0.0f;
 #pragma unroll 8
-            for (int e = 0; e < HD; e++) d += Qs[r * LD + e] * Ks[j * LD + e];
+            for (int e = 0; e < HD; e++)
+                d += Qs[r * LD + e] * Ks[j * LD + e];
             sc[i] = (key <= pos && key < kmax && r < rows) ? d * p.scale : -INFINITY;
             mt = fmaxf(mt, sc[i]);
         }
@@ -366,7 +411,8 @@ __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams 
             const int d = c + 4 * k;
             float a = o[k] * corr;
 #pragma unroll 8
-            for (int j = 0; j < PRE_BK; j++) a += Ps[r * (PRE_BK + 1) + j] * Vs[j * LD + d];
+            for (int j = 0; j < PRE_BK; j++)
+                a += Ps[r * (PRE_BK + 1) + j] * Vs[j * LD + d];
             o[k] = a;
         }
     }
@@ -374,11 +420,13 @@ __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams 
         const int64_t base = (int64_t)(q0 + tile0 + r) * p.n_heads * hd + (int64_t)h * hd;
 #pragma unroll
         for (int k = 0; k < ND; k++)
-            if (c + 4 * k < hd) store_out(p.out, p.adt, base + c + 4 * k, l > 0.0f ? o[k] / l : 0.0f);
+            if (c + 4 * k < hd)
+                store_out(p.out, p.adt, base + c + 4 * k, l > 0.0f ? o[k] / l : 0.0f);
     }
 }
 
-template <typename C, int HD> static int launch_prefill(const AttentionParams &p, cudaStream_t stream) {
+template <typename C, int HD>
+static int launch_prefill(const AttentionParams &p, cudaStream_t stream) {
     const size_t smem = PreSmem<HD>::BYTES;
     static int attr_set = 0; /* per instantiation; the limit is a property of the function */
     if (smem > 48 * 1024 && !attr_set) {

@@ -9,9 +9,9 @@
  *               a = attention over the cache             attention_prefill_cuda / _decode_cuda
  *               x += a @ Wo^T (+ bo); h = rmsnorm(x)     gemm_cuda, residual_rmsnorm_cuda
  *               gu = h @ [Wg; Wu]^T                      gemm_cuda
- *               x += (silu(g) * u) @ Wd^T; h = next norm silu_mul_cuda, gemm_cuda, residual_rmsnorm_cuda
- *   logits = (rmsnorm(x[logits_indices]) * w) @ lm_head^T  gather_rows_cuda, residual_rmsnorm_cuda, gemm_cuda
- *   ids = sample(logits)                                 sampler_cuda (logits stay on the GPU)
+ *               x += (silu(g) * u) @ Wd^T; h = next norm silu_mul_cuda, gemm_cuda,
+ * residual_rmsnorm_cuda logits = (rmsnorm(x[logits_indices]) * w) @ lm_head^T  gather_rows_cuda,
+ * residual_rmsnorm_cuda, gemm_cuda ids = sample(logits) sampler_cuda (logits stay on the GPU)
  *
  * Numbers: matrix products take the model's dtype (bf16 / f16; f32 models in exact f32) and
  * accumulate in f32 into f32 outputs; the residual stream, q/k/v and the norms are f32; the
@@ -43,10 +43,10 @@
 #define MAX_BUCKETS 64
 
 typedef struct {
-    const void *qkv_w;  /* [qd + 2 kvd, H] q, k, v rows stacked (adt) */
-    const void *o_w;    /* [H, qd] */
-    const void *gu_w;   /* [2 I, H] gate rows then up rows */
-    const void *down_w; /* [H, I] */
+    const void *qkv_w;          /* [qd + 2 kvd, H] q, k, v rows stacked (adt) */
+    const void *o_w;            /* [H, qd] */
+    const void *gu_w;           /* [2 I, H] gate rows then up rows */
+    const void *down_w;         /* [H, I] */
     float *in_norm, *post_norm; /* [H] */
     float *q_norm, *k_norm;     /* [hd] or NULL */
     float *qkv_bias;            /* [qd + 2 kvd] or NULL */
@@ -63,25 +63,25 @@ typedef struct {
     cudaStream_t stream;
     int H, heads, kvh, hd, qd, kvd, qkvd, I, V, L, Tmax, Smax, max_blocks;
 
-    void *d_weights;    /* owned: every weight, carved into the fields below */
+    void *d_weights; /* owned: every weight, carved into the fields below */
     size_t weights_bytes;
-    CudaLayer *layers;  /* host array [L] of device pointers */
+    CudaLayer *layers;           /* host array [L] of device pointers */
     const void *embed, *lm_head; /* [V, H] (the same buffer when tied) */
     float *final_norm, *inv_freq;
 
-    void *d_ws;         /* owned: the activation workspace, carved below */
+    void *d_ws; /* owned: the activation workspace, carved below */
     size_t ws_bytes;
-    float *x;           /* [Tmax, H] residual stream */
-    void *h;            /* [Tmax, H] normed input (adt) */
-    float *qkv;         /* [Tmax, qkvd] */
-    void *att;          /* [Tmax, qd] attention output (adt) */
-    float *tmp;         /* [Tmax, H] product outputs added to x */
-    float *gu;          /* [Tmax, 2 I] */
-    void *g;            /* [Tmax, I] (adt) */
-    float *xl;          /* [Smax, H] rows whose logits are wanted */
-    void *hl;           /* [Smax, H] (adt) */
-    float *logits;      /* [Smax, V] */
-    void *attn_ws;      /* decode partitions */
+    float *x;      /* [Tmax, H] residual stream */
+    void *h;       /* [Tmax, H] normed input (adt) */
+    float *qkv;    /* [Tmax, qkvd] */
+    void *att;     /* [Tmax, qd] attention output (adt) */
+    float *tmp;    /* [Tmax, H] product outputs added to x */
+    float *gu;     /* [Tmax, 2 I] */
+    void *g;       /* [Tmax, I] (adt) */
+    float *xl;     /* [Smax, H] rows whose logits are wanted */
+    void *hl;      /* [Smax, H] (adt) */
+    float *logits; /* [Smax, V] */
+    void *attn_ws; /* decode partitions */
     size_t attn_ws_bytes;
     void *gemm_ws;
     CudaGemm *gemm;
@@ -100,7 +100,7 @@ typedef struct {
     float *d_lp, *h_lp, *d_tlp, *h_tlp;
     void *d_sampler_scratch;
 
-    void *d_kv;         /* owned: [2, L, num_blocks, block_size, kvh, hd] of kvdt */
+    void *d_kv; /* owned: [2, L, num_blocks, block_size, kvh, hd] of kvdt */
     DType kvdt;
     int num_blocks, block_size;
     int64_t activation_peak; /* measured by the warm-up step (bytes in use after weights) */
@@ -138,13 +138,16 @@ static int cuda_probe(char *desc, size_t n) {
 static int check_matrix(const Tensor *t, const char *name, int layer, int64_t rows, int64_t cols,
                         DType adt) {
     if (!t->data || t->rows != rows || t->cols != cols)
-        return cvllm_errorf(CVLLM_EINVAL, "cuda backend: layer %d %s is [%lld, %lld]%s, expected "
-                            "[%lld, %lld]", layer, name, (long long)t->rows, (long long)t->cols,
+        return cvllm_errorf(CVLLM_EINVAL,
+                            "cuda backend: layer %d %s is [%lld, %lld]%s, expected "
+                            "[%lld, %lld]",
+                            layer, name, (long long)t->rows, (long long)t->cols,
                             t->data ? "" : " (missing)", (long long)rows, (long long)cols);
     if (t->dtype != adt)
-        return cvllm_errorf(CVLLM_EUNSUPPORTED, "cuda backend: layer %d %s is %s but the model's "
-                            "matrices are %s (mixed dtypes are not supported)", layer, name,
-                            dtype_name(t->dtype), dtype_name(adt));
+        return cvllm_errorf(CVLLM_EUNSUPPORTED,
+                            "cuda backend: layer %d %s is %s but the model's "
+                            "matrices are %s (mixed dtypes are not supported)",
+                            layer, name, dtype_name(t->dtype), dtype_name(adt));
     return 0;
 }
 
@@ -177,7 +180,8 @@ static int load_weights(CudaBackend *c, const ModelWeights *w) {
         size_t off = 0;
         const void *embed = carve(base, &off, (size_t)c->V * H * es);
         const void *lm = tied ? embed : carve(base, &off, (size_t)c->V * H * es);
-        float *fn = carve(base, &off, (size_t)H * 4), *invf = carve(base, &off, (size_t)c->hd / 2 * 4);
+        float *fn = carve(base, &off, (size_t)H * 4),
+              *invf = carve(base, &off, (size_t)c->hd / 2 * 4);
         for (int l = 0; l < L; l++) {
             CudaLayer *cl = &c->layers[l];
             const LayerWeights *lw = &w->layers[l];
@@ -199,10 +203,12 @@ static int load_weights(CudaBackend *c, const ModelWeights *w) {
             cudaError_t e = cudaMalloc(&c->d_weights, off);
             if (e != cudaSuccess) {
                 cudaGetLastError();
-                return cvllm_errorf(CVLLM_ENOMEM, "cuda backend: the weights need %.2f GiB of GPU "
+                return cvllm_errorf(CVLLM_ENOMEM,
+                                    "cuda backend: the weights need %.2f GiB of GPU "
                                     "memory, %s has %.2f GiB free of %.2f GiB: the model does not "
-                                    "fit on this GPU", off / 1073741824.0, c->gpu_name,
-                                    fr / 1073741824.0, tot / 1073741824.0);
+                                    "fit on this GPU",
+                                    off / 1073741824.0, c->gpu_name, fr / 1073741824.0,
+                                    tot / 1073741824.0);
             }
             continue;
         }
@@ -229,7 +235,8 @@ static int load_weights(CudaBackend *c, const ModelWeights *w) {
         char *qkv = (char *)cl->qkv_w, *gu = (char *)cl->gu_w;
         if ((rc = upload(qkv, &lw->q_proj, (size_t)c->qd * H * es)) ||
             (rc = upload(qkv + (size_t)c->qd * H * es, &lw->k_proj, (size_t)c->kvd * H * es)) ||
-            (rc = upload(qkv + (size_t)(c->qd + c->kvd) * H * es, &lw->v_proj, (size_t)c->kvd * H * es)) ||
+            (rc = upload(qkv + (size_t)(c->qd + c->kvd) * H * es, &lw->v_proj,
+                         (size_t)c->kvd * H * es)) ||
             (rc = upload((void *)cl->o_w, &lw->o_proj, (size_t)H * c->qd * es)) ||
             (rc = upload(gu, &lw->gate_proj, (size_t)c->I * H * es)) ||
             (rc = upload(gu + (size_t)c->I * H * es, &lw->up_proj, (size_t)c->I * H * es)) ||
@@ -261,8 +268,11 @@ static int alloc_workspace(CudaBackend *c) {
      * gives a sequence more than one partition only while the grid is small) */
     int parts_max = 1;
     for (int s = 1; s <= c->Smax; s++) {
-        AttentionParams p = {.n_heads = c->heads, .n_kv_heads = c->kvh, .hd = c->hd,
-                             .num_seqs = s, .max_seqlen_k = c->opt.max_model_len};
+        AttentionParams p = {.n_heads = c->heads,
+                             .n_kv_heads = c->kvh,
+                             .hd = c->hd,
+                             .num_seqs = s,
+                             .max_seqlen_k = c->opt.max_model_len};
         int parts = attention_decode_num_parts(&p, c->num_sms);
         size_t b = attention_decode_ws_bytes(s, c->heads, c->hd, parts);
         if (b > c->attn_ws_bytes) c->attn_ws_bytes = b;
@@ -289,10 +299,11 @@ static int alloc_workspace(CudaBackend *c) {
             cudaError_t e = cudaMalloc(&c->d_ws, off);
             if (e != cudaSuccess) {
                 cudaGetLastError();
-                return cvllm_errorf(CVLLM_ENOMEM, "cuda backend: the activation workspace for %d "
+                return cvllm_errorf(CVLLM_ENOMEM,
+                                    "cuda backend: the activation workspace for %d "
                                     "tokens needs %.2f GiB of GPU memory that is not there; lower "
-                                    "--max-num-batched-tokens / --max-num-seqs", c->Tmax,
-                                    off / 1073741824.0);
+                                    "--max-num-batched-tokens / --max-num-seqs",
+                                    c->Tmax, off / 1073741824.0);
             }
         }
     }
@@ -310,8 +321,10 @@ static int alloc_workspace(CudaBackend *c) {
             int32_t *tables = carve(base, &off, S * (size_t)c->max_blocks * 4);
             CudaSamplingRow *rows = carve(base, &off, S * sizeof(CudaSamplingRow));
             int32_t *hist = carve(base, &off, (size_t)c->hist_cap * 4);
-            int32_t *tok = carve(base, &off, S * 4), *top = carve(base, &off, S * CUDA_SAMPLER_MAX_LOGPROBS * 4);
-            float *lp = carve(base, &off, S * 4), *tlp = carve(base, &off, S * CUDA_SAMPLER_MAX_LOGPROBS * 4);
+            int32_t *tok = carve(base, &off, S * 4),
+                    *top = carve(base, &off, S * CUDA_SAMPLER_MAX_LOGPROBS * 4);
+            float *lp = carve(base, &off, S * 4),
+                  *tlp = carve(base, &off, S * CUDA_SAMPLER_MAX_LOGPROBS * 4);
             if (pass == 0) {
                 c->in_bytes = off;
                 break;
@@ -331,8 +344,10 @@ static int alloc_workspace(CudaBackend *c) {
             if (e == cudaSuccess) e = cudaMallocHost(&c->h_in, c->in_bytes);
             if (e != cudaSuccess) {
                 cudaGetLastError();
-                return cvllm_errorf(CVLLM_ENOMEM, "cuda backend: %.1f MiB of step buffers cannot "
-                                    "be allocated", c->in_bytes / 1048576.0);
+                return cvllm_errorf(CVLLM_ENOMEM,
+                                    "cuda backend: %.1f MiB of step buffers cannot "
+                                    "be allocated",
+                                    c->in_bytes / 1048576.0);
             }
         }
     }
@@ -353,17 +368,23 @@ static int backend_cuda_create(const ModelConfig *cfg, const ModelWeights *w,
     char desc[256];
     if (!cuda_probe(desc, sizeof desc)) return cvllm_errorf(CVLLM_EBACKEND, "%s", desc);
     if (o->tp_size > 1)
-        return cvllm_errorf(CVLLM_EUNSUPPORTED, "cuda backend: tensor parallelism is not "
-                            "implemented yet (tp_size %d)", o->tp_size);
-    if (o->max_num_tokens <= 0 || o->max_num_seqs <= 0 || o->max_model_len <= 0 || o->block_size <= 0)
-        return cvllm_errorf(CVLLM_EINVAL, "cuda backend: max_num_tokens %d, max_num_seqs %d, "
+        return cvllm_errorf(CVLLM_EUNSUPPORTED,
+                            "cuda backend: tensor parallelism is not "
+                            "implemented yet (tp_size %d)",
+                            o->tp_size);
+    if (o->max_num_tokens <= 0 || o->max_num_seqs <= 0 || o->max_model_len <= 0 ||
+        o->block_size <= 0)
+        return cvllm_errorf(CVLLM_EINVAL,
+                            "cuda backend: max_num_tokens %d, max_num_seqs %d, "
                             "max_model_len %d, block_size %d must all be positive",
                             o->max_num_tokens, o->max_num_seqs, o->max_model_len, o->block_size);
     if (cfg->num_key_value_heads <= 0 || cfg->num_attention_heads % cfg->num_key_value_heads ||
         !attention_cuda_supported(cfg->head_dim))
-        return cvllm_errorf(CVLLM_EUNSUPPORTED, "cuda backend: %d heads, %d kv heads, head_dim %d "
-                            "(need heads a multiple of kv heads and an even head_dim of at most 256)",
-                            cfg->num_attention_heads, cfg->num_key_value_heads, cfg->head_dim);
+        return cvllm_errorf(
+            CVLLM_EUNSUPPORTED,
+            "cuda backend: %d heads, %d kv heads, head_dim %d "
+            "(need heads a multiple of kv heads and an even head_dim of at most 256)",
+            cfg->num_attention_heads, cfg->num_key_value_heads, cfg->head_dim);
     const DType adt = w->embed_tokens.dtype;
     const int H = cfg->hidden_size, hd = cfg->head_dim, qd = cfg->num_attention_heads * hd,
               kvd = cfg->num_key_value_heads * hd, I = cfg->intermediate_size;
@@ -371,7 +392,8 @@ static int backend_cuda_create(const ModelConfig *cfg, const ModelWeights *w,
     if (w->embed_tokens.rows != cfg->vocab_size || w->embed_tokens.cols != H ||
         w->lm_head.rows != cfg->vocab_size || w->lm_head.cols != H || !w->norm.data ||
         w->lm_head.dtype != adt)
-        return cvllm_errorf(CVLLM_EINVAL, "cuda backend: embed/lm_head/norm do not match the config");
+        return cvllm_errorf(CVLLM_EINVAL,
+                            "cuda backend: embed/lm_head/norm do not match the config");
     for (int l = 0; l < cfg->num_hidden_layers; l++) {
         const LayerWeights *lw = &w->layers[l];
         if ((rc = check_matrix(&lw->q_proj, "q_proj", l, qd, H, adt)) ||
@@ -385,7 +407,8 @@ static int backend_cuda_create(const ModelConfig *cfg, const ModelWeights *w,
         if (cfg->qk_norm && (!lw->q_norm.data || !lw->k_norm.data))
             return cvllm_errorf(CVLLM_EINVAL, "cuda backend: layer %d lacks q_norm/k_norm", l);
         if (!!lw->q_bias.data != !!lw->k_bias.data || !!lw->q_bias.data != !!lw->v_bias.data)
-            return cvllm_errorf(CVLLM_EINVAL, "cuda backend: layer %d has some q/k/v biases only", l);
+            return cvllm_errorf(CVLLM_EINVAL, "cuda backend: layer %d has some q/k/v biases only",
+                                l);
     }
     CudaBackend *c = xcalloc(1, sizeof *c);
     c->cfg = *cfg;
@@ -425,10 +448,11 @@ static int backend_cuda_create(const ModelConfig *cfg, const ModelWeights *w,
     double t1 = now_seconds();
     if ((rc = alloc_workspace(c))) goto fail;
     if (o->verbose)
-        fprintf(stderr, "cvllm: cuda: %s; weights %.1f MiB (%s) uploaded in %.2f s; workspace "
-                "%.1f MiB for %d tokens, %d sequences (%.2f s)\n", c->gpu_name,
-                c->weights_bytes / 1048576.0, dtype_name(adt), t1 - t0, c->ws_bytes / 1048576.0,
-                c->Tmax, c->Smax, now_seconds() - t1);
+        fprintf(stderr,
+                "cvllm: cuda: %s; weights %.1f MiB (%s) uploaded in %.2f s; workspace "
+                "%.1f MiB for %d tokens, %d sequences (%.2f s)\n",
+                c->gpu_name, c->weights_bytes / 1048576.0, dtype_name(adt), t1 - t0,
+                c->ws_bytes / 1048576.0, c->Tmax, c->Smax, now_seconds() - t1);
     *out = b;
     return 0;
 fail:
@@ -459,12 +483,12 @@ static void cuda_destroy(Backend *b) {
 
 /* What one launch of the model needs beyond the device input arrays. */
 typedef struct {
-    int T, S;           /* tokens, sequences (a graph: the bucket's lanes) */
-    int max_q, max_k;   /* bounds for the attention grids */
-    int num_logits;     /* rows of d_lidx whose logits are computed */
-    int decode;         /* every sequence has one new token: the paged decode kernel */
-    int parts;          /* decode partitions (0: chosen from max_k) */
-    const void *kv;     /* the KV cache to use (the warm-up uses a scratch one) */
+    int T, S;         /* tokens, sequences (a graph: the bucket's lanes) */
+    int max_q, max_k; /* bounds for the attention grids */
+    int num_logits;   /* rows of d_lidx whose logits are computed */
+    int decode;       /* every sequence has one new token: the paged decode kernel */
+    int parts;        /* decode partitions (0: chosen from max_k) */
+    const void *kv;   /* the KV cache to use (the warm-up uses a scratch one) */
     int num_blocks;
 } ModelLaunch;
 
@@ -483,13 +507,23 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
     const size_t kes = dtype_size(c->kvdt);
     TRY(embedding_cuda(c->x, c->embed, c->adt, c->d_ids, T, H, st));
     TRY(residual_rmsnorm_cuda(c->x, NULL, c->layers[0].in_norm, c->h, c->adt, T, H, eps, st));
-    AttentionParams ap = {.q = c->qkv, .ldq = c->qkvd, .out = c->att, .adt = c->adt,
-                          .kvdt = c->kvdt, .n_heads = c->heads, .n_kv_heads = c->kvh,
-                          .hd = c->hd, .block_size = c->block_size,
-                          .scale = 1.0f / sqrtf((float)c->hd), .num_seqs = m->S,
-                          .cu_seqlens_q = c->d_cu_q, .context_lens = c->d_ctx,
-                          .block_tables = c->d_tables, .max_blocks_per_seq = c->max_blocks,
-                          .max_seqlen_q = m->max_q, .max_seqlen_k = m->max_k};
+    AttentionParams ap = {.q = c->qkv,
+                          .ldq = c->qkvd,
+                          .out = c->att,
+                          .adt = c->adt,
+                          .kvdt = c->kvdt,
+                          .n_heads = c->heads,
+                          .n_kv_heads = c->kvh,
+                          .hd = c->hd,
+                          .block_size = c->block_size,
+                          .scale = 1.0f / sqrtf((float)c->hd),
+                          .num_seqs = m->S,
+                          .cu_seqlens_q = c->d_cu_q,
+                          .context_lens = c->d_ctx,
+                          .block_tables = c->d_tables,
+                          .max_blocks_per_seq = c->max_blocks,
+                          .max_seqlen_q = m->max_q,
+                          .max_seqlen_k = m->max_k};
     int parts = m->parts;
     if (m->decode && parts <= 0) parts = attention_decode_num_parts(&ap, c->num_sms);
     for (int l = 0; l < c->L; l++) {
@@ -504,8 +538,10 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
                                c->d_slots, T, c->kvd, st));
         ap.k_cache = kc;
         ap.v_cache = vc;
-        if (m->decode) TRY(attention_decode_cuda(&ap, parts, c->attn_ws, st));
-        else TRY(attention_prefill_cuda(&ap, st));
+        if (m->decode)
+            TRY(attention_decode_cuda(&ap, parts, c->attn_ws, st));
+        else
+            TRY(attention_prefill_cuda(&ap, st));
         TRY(gemm_cuda(c->gemm, c->tmp, H, c->att, cl->o_w, c->adt, T, H, c->qd, st));
         if (cl->o_bias) TRY(add_bias_cuda(c->tmp, H, cl->o_bias, T, H, st));
         TRY(residual_rmsnorm_cuda(c->x, c->tmp, cl->post_norm, c->h, c->adt, T, H, eps, st));
@@ -517,8 +553,10 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
     }
     if (m->num_logits > 0) {
         TRY(gather_rows_cuda(c->xl, c->x, c->d_lidx, m->num_logits, H, st));
-        TRY(residual_rmsnorm_cuda(c->xl, NULL, c->final_norm, c->hl, c->adt, m->num_logits, H, eps, st));
-        TRY(gemm_cuda(c->gemm, c->logits, c->V, c->hl, c->lm_head, c->adt, m->num_logits, c->V, H, st));
+        TRY(residual_rmsnorm_cuda(c->xl, NULL, c->final_norm, c->hl, c->adt, m->num_logits, H, eps,
+                                  st));
+        TRY(gemm_cuda(c->gemm, c->logits, c->V, c->hl, c->lm_head, c->adt, m->num_logits, c->V, H,
+                      st));
     }
     return 0;
 }
@@ -530,7 +568,9 @@ static int64_t cuda_kv_block_bytes(Backend *b, int block_size, DType dtype) {
     return 2LL * c->L * block_size * c->kvd * (int64_t)dtype_size(dtype);
 }
 
-static DType cuda_kv_default_dtype(Backend *b) { return ((CudaBackend *)b->ctx)->adt; }
+static DType cuda_kv_default_dtype(Backend *b) {
+    return ((CudaBackend *)b->ctx)->adt;
+}
 
 /* Copies the staged inputs of T tokens, S sequences, n logits rows to the device. */
 static int copy_inputs(CudaBackend *c, int T, int S, int n_logits) {
@@ -538,10 +578,12 @@ static int copy_inputs(CudaBackend *c, int T, int S, int n_logits) {
     CUDA_TRY(cudaMemcpyAsync(c->d_ids, c->h_ids, (size_t)T * 4, cudaMemcpyHostToDevice, st));
     CUDA_TRY(cudaMemcpyAsync(c->d_pos, c->h_pos, (size_t)T * 4, cudaMemcpyHostToDevice, st));
     CUDA_TRY(cudaMemcpyAsync(c->d_slots, c->h_slots, (size_t)T * 8, cudaMemcpyHostToDevice, st));
-    CUDA_TRY(cudaMemcpyAsync(c->d_cu_q, c->h_cu_q, (size_t)(S + 1) * 4, cudaMemcpyHostToDevice, st));
+    CUDA_TRY(
+        cudaMemcpyAsync(c->d_cu_q, c->h_cu_q, (size_t)(S + 1) * 4, cudaMemcpyHostToDevice, st));
     CUDA_TRY(cudaMemcpyAsync(c->d_ctx, c->h_ctx, (size_t)S * 4, cudaMemcpyHostToDevice, st));
     if (n_logits > 0)
-        CUDA_TRY(cudaMemcpyAsync(c->d_lidx, c->h_lidx, (size_t)n_logits * 4, cudaMemcpyHostToDevice, st));
+        CUDA_TRY(cudaMemcpyAsync(c->d_lidx, c->h_lidx, (size_t)n_logits * 4, cudaMemcpyHostToDevice,
+                                 st));
     CUDA_TRY(cudaMemcpyAsync(c->d_tables, c->h_tables, (size_t)S * c->max_blocks * 4,
                              cudaMemcpyHostToDevice, st));
     return 0;
@@ -565,7 +607,8 @@ static int measure_step(CudaBackend *c) {
             c->h_pos[T + i] = i;
             c->h_slots[T + i] = -1;
         }
-        for (int j = 0; j < c->max_blocks; j++) c->h_tables[(size_t)S * c->max_blocks + j] = 0;
+        for (int j = 0; j < c->max_blocks; j++)
+            c->h_tables[(size_t)S * c->max_blocks + j] = 0;
         T += len;
         c->h_ctx[S] = len;
         c->h_lidx[S] = T - 1;
@@ -577,8 +620,14 @@ static int measure_step(CudaBackend *c) {
     c->block_size = bs;
     c->kvdt = c->adt;
     int rc = copy_inputs(c, T, S, S);
-    ModelLaunch m = {.T = T, .S = S, .max_q = maxq, .max_k = maxq, .num_logits = S,
-                     .decode = 0, .kv = kv, .num_blocks = 1};
+    ModelLaunch m = {.T = T,
+                     .S = S,
+                     .max_q = maxq,
+                     .max_k = maxq,
+                     .num_logits = S,
+                     .decode = 0,
+                     .kv = kv,
+                     .num_blocks = 1};
     if (!rc) rc = run_model(c, &m);
     c->block_size = saved_bs;
     c->kvdt = saved_dt;
@@ -605,7 +654,8 @@ static int64_t cuda_kv_budget_bytes(Backend *b) {
         c->activation_peak = (int64_t)c->ws_bytes + (int64_t)c->in_bytes + (int64_t)(fr0 - fr);
         c->measured = 1;
         if (c->opt.verbose)
-            fprintf(stderr, "cvllm: cuda: warm-up step of %d tokens in %.2f s; activation peak "
+            fprintf(stderr,
+                    "cvllm: cuda: warm-up step of %d tokens in %.2f s; activation peak "
                     "%.1f MiB (workspace %.1f, step buffers %.1f, taken by the libraries %.1f)\n",
                     c->Tmax, now_seconds() - t0, c->activation_peak / 1048576.0,
                     c->ws_bytes / 1048576.0, c->in_bytes / 1048576.0, (fr0 - fr) / 1048576.0);
@@ -626,16 +676,19 @@ static int cuda_init_kv_cache(Backend *b, const KVCacheSpec *spec) {
         return cvllm_errorf(CVLLM_EUNSUPPORTED, "cuda backend: KV cache dtype %s",
                             dtype_name(spec->dtype));
     if (spec->num_blocks <= 0 || spec->block_size != c->opt.block_size)
-        return cvllm_errorf(CVLLM_EINVAL, "cuda backend: KV cache of %d blocks of %d tokens "
-                            "(backend made for blocks of %d)", spec->num_blocks, spec->block_size,
-                            c->opt.block_size);
-    const size_t bytes = (size_t)cuda_kv_block_bytes(b, spec->block_size, spec->dtype) * spec->num_blocks;
+        return cvllm_errorf(CVLLM_EINVAL,
+                            "cuda backend: KV cache of %d blocks of %d tokens "
+                            "(backend made for blocks of %d)",
+                            spec->num_blocks, spec->block_size, c->opt.block_size);
+    const size_t bytes =
+        (size_t)cuda_kv_block_bytes(b, spec->block_size, spec->dtype) * spec->num_blocks;
     cudaError_t e = cudaMalloc(&c->d_kv, bytes);
     if (e != cudaSuccess) {
         cudaGetLastError();
         size_t fr = 0, tot = 0;
         cudaMemGetInfo(&fr, &tot);
-        return cvllm_errorf(CVLLM_ENOMEM, "cuda backend: a KV cache of %.2f GiB does not fit (%.2f "
+        return cvllm_errorf(CVLLM_ENOMEM,
+                            "cuda backend: a KV cache of %.2f GiB does not fit (%.2f "
                             "GiB free); lower --kv-cache-memory or --gpu-memory-utilization",
                             bytes / 1073741824.0, fr / 1073741824.0);
     }
@@ -682,13 +735,22 @@ static int cuda_warmup(Backend *b) {
         /* B padding lanes: a dry run (plans, lazy module loads) then the capture */
         c->h_cu_q[0] = 0;
         pad_lanes(c, 0, B);
-        for (int s = 0; s < B; s++) c->h_tables[(size_t)s * c->max_blocks] = 0;
+        for (int s = 0; s < B; s++)
+            c->h_tables[(size_t)s * c->max_blocks] = 0;
         TRY(copy_inputs(c, B, B, B));
-        AttentionParams ap = {.n_heads = c->heads, .n_kv_heads = c->kvh, .hd = c->hd,
-                              .num_seqs = B, .max_seqlen_k = c->opt.max_model_len};
-        ModelLaunch m = {.T = B, .S = B, .max_q = 1, .max_k = c->opt.max_model_len,
-                         .num_logits = B, .decode = 1,
-                         .parts = attention_decode_num_parts(&ap, c->num_sms), .kv = c->d_kv,
+        AttentionParams ap = {.n_heads = c->heads,
+                              .n_kv_heads = c->kvh,
+                              .hd = c->hd,
+                              .num_seqs = B,
+                              .max_seqlen_k = c->opt.max_model_len};
+        ModelLaunch m = {.T = B,
+                         .S = B,
+                         .max_q = 1,
+                         .max_k = c->opt.max_model_len,
+                         .num_logits = B,
+                         .decode = 1,
+                         .parts = attention_decode_num_parts(&ap, c->num_sms),
+                         .kv = c->d_kv,
                          .num_blocks = c->num_blocks};
         c->graph_parts[i] = m.parts;
         TRY(run_model(c, &m));
@@ -715,9 +777,11 @@ static int validate(const CudaBackend *c, const StepInputs *in) {
     const int T = in->num_tokens, S = in->num_seqs;
     if (!c->d_kv) return cvllm_errorf(CVLLM_EINVAL, "cuda backend: forward before init_kv_cache");
     if (T < 1 || T > c->Tmax)
-        return cvllm_errorf(CVLLM_EINVAL, "step of %d tokens (backend sized for 1..%d)", T, c->Tmax);
+        return cvllm_errorf(CVLLM_EINVAL, "step of %d tokens (backend sized for 1..%d)", T,
+                            c->Tmax);
     if (S < 1 || S > c->Smax || S > T)
-        return cvllm_errorf(CVLLM_EINVAL, "step of %d sequences (max %d, tokens %d)", S, c->Smax, T);
+        return cvllm_errorf(CVLLM_EINVAL, "step of %d sequences (max %d, tokens %d)", S, c->Smax,
+                            T);
     if (in->num_logits < 0 || in->num_logits > T || in->num_logits > c->Smax)
         return cvllm_errorf(CVLLM_EINVAL, "%d logits rows for %d tokens", in->num_logits, T);
     if (in->cu_seqlens_q[0] != 0 || in->cu_seqlens_q[S] != T || in->cu_seqlens_k[0] != 0)
@@ -749,16 +813,18 @@ static int validate(const CudaBackend *c, const StepInputs *in) {
                 return cvllm_errorf(CVLLM_EINVAL, "token %d: id %d outside the vocabulary (%d)", t,
                                     in->input_ids[t], c->V);
             if (in->positions[t] < 0 || in->positions[t] >= ctx)
-                return cvllm_errorf(CVLLM_EINVAL, "token %d: position %d outside its context %d",
-                                    t, in->positions[t], ctx);
+                return cvllm_errorf(CVLLM_EINVAL, "token %d: position %d outside its context %d", t,
+                                    in->positions[t], ctx);
             if (in->slot_mapping[t] < -1 || in->slot_mapping[t] >= slots)
                 return cvllm_errorf(CVLLM_EINVAL, "token %d: slot %lld outside the cache (%lld)", t,
                                     (long long)in->slot_mapping[t], (long long)slots);
         }
     }
     if (in->max_seqlen_q != max_q || in->max_seqlen_k != max_k)
-        return cvllm_errorf(CVLLM_EINVAL, "max_seqlen_q %d / max_seqlen_k %d, the sequences give "
-                            "%d / %d", in->max_seqlen_q, in->max_seqlen_k, max_q, max_k);
+        return cvllm_errorf(CVLLM_EINVAL,
+                            "max_seqlen_q %d / max_seqlen_k %d, the sequences give "
+                            "%d / %d",
+                            in->max_seqlen_q, in->max_seqlen_k, max_q, max_k);
     for (int i = 0; i < in->num_logits; i++) {
         if (in->logits_indices[i] < 0 || in->logits_indices[i] >= T)
             return cvllm_errorf(CVLLM_EINVAL, "logits row %d is token %d of %d", i,
@@ -778,21 +844,28 @@ static int stage_sampling(CudaBackend *c, const StepInputs *in) {
         const int pen = r->repetition_penalty != 1.0f || r->frequency_penalty != 0.0f ||
                         r->presence_penalty != 0.0f;
         CudaSamplingRow *d = &c->h_rows[i];
-        *d = (CudaSamplingRow){.temperature = r->temperature, .top_p = r->top_p,
-                               .min_p = r->min_p, .top_k = r->top_k,
+        *d = (CudaSamplingRow){.temperature = r->temperature,
+                               .top_p = r->top_p,
+                               .min_p = r->min_p,
+                               .top_k = r->top_k,
                                .presence_penalty = r->presence_penalty,
                                .frequency_penalty = r->frequency_penalty,
                                .repetition_penalty = r->repetition_penalty,
-                               .num_logprobs = r->num_logprobs, .seed = r->seed,
-                               .draw_index = (uint64_t)r->num_output, .ids_offset = nid,
+                               .num_logprobs = r->num_logprobs,
+                               .seed = r->seed,
+                               .draw_index = (uint64_t)r->num_output,
+                               .ids_offset = nid,
                                .has_penalty = pen};
         if (!pen) continue;
         const int64_t n = (int64_t)r->num_prompt + r->num_output;
         if (nid + n > c->hist_cap)
-            return cvllm_errorf(CVLLM_EINVAL, "cuda backend: penalty histories of %lld ids (room "
-                                "for %lld)", (long long)(nid + n), (long long)c->hist_cap);
+            return cvllm_errorf(CVLLM_EINVAL,
+                                "cuda backend: penalty histories of %lld ids (room "
+                                "for %lld)",
+                                (long long)(nid + n), (long long)c->hist_cap);
         if (r->num_prompt) memcpy(c->h_hist + nid, r->prompt_ids, (size_t)r->num_prompt * 4);
-        if (r->num_output) memcpy(c->h_hist + nid + r->num_prompt, r->output_ids, (size_t)r->num_output * 4);
+        if (r->num_output)
+            memcpy(c->h_hist + nid + r->num_prompt, r->output_ids, (size_t)r->num_output * 4);
         d->num_prompt = r->num_prompt;
         d->num_output = r->num_output;
         nid += n;
@@ -800,7 +873,9 @@ static int stage_sampling(CudaBackend *c, const StepInputs *in) {
     cudaStream_t st = c->stream;
     CUDA_TRY(cudaMemcpyAsync(c->d_rows, c->h_rows, (size_t)in->num_logits * sizeof(CudaSamplingRow),
                              cudaMemcpyHostToDevice, st));
-    if (nid) CUDA_TRY(cudaMemcpyAsync(c->d_hist, c->h_hist, (size_t)nid * 4, cudaMemcpyHostToDevice, st));
+    if (nid)
+        CUDA_TRY(
+            cudaMemcpyAsync(c->d_hist, c->h_hist, (size_t)nid * 4, cudaMemcpyHostToDevice, st));
     return 0;
 }
 
@@ -826,7 +901,8 @@ static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
     /* a decode whose every sequence is sampled, with a captured bucket: replay its graph */
     const int bi = decode && n == S && c->num_buckets ? bucket_for(c, S) : -1;
     int identity = 1;
-    for (int i = 0; i < n && identity; i++) identity = in->logits_indices[i] == i;
+    for (int i = 0; i < n && identity; i++)
+        identity = in->logits_indices[i] == i;
     if (bi >= 0 && identity) {
         const int B = c->buckets[bi];
         pad_lanes(c, S, B);
@@ -834,8 +910,14 @@ static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
         CUDA_TRY(cudaGraphLaunch(c->graphs[bi], c->stream));
     } else {
         TRY(copy_inputs(c, T, S, n));
-        ModelLaunch m = {.T = T, .S = S, .max_q = in->max_seqlen_q, .max_k = in->max_seqlen_k,
-                         .num_logits = n, .decode = decode, .parts = 0, .kv = c->d_kv,
+        ModelLaunch m = {.T = T,
+                         .S = S,
+                         .max_q = in->max_seqlen_q,
+                         .max_k = in->max_seqlen_k,
+                         .num_logits = n,
+                         .decode = decode,
+                         .parts = 0,
+                         .kv = c->d_kv,
                          .num_blocks = c->num_blocks};
         TRY(run_model(c, &m));
     }
@@ -849,7 +931,8 @@ static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
     cudaStream_t st = c->stream;
     CUDA_TRY(cudaMemcpyAsync(c->h_tok, c->d_tok, (size_t)n * 4, cudaMemcpyDeviceToHost, st));
     int any_lp = 0;
-    for (int i = 0; i < n; i++) any_lp |= in->sampling[i].num_logprobs >= 0;
+    for (int i = 0; i < n; i++)
+        any_lp |= in->sampling[i].num_logprobs >= 0;
     if (any_lp) {
         CUDA_TRY(cudaMemcpyAsync(c->h_lp, c->d_lp, (size_t)n * 4, cudaMemcpyDeviceToHost, st));
         CUDA_TRY(cudaMemcpyAsync(c->h_top, c->d_top, (size_t)n * CUDA_SAMPLER_MAX_LOGPROBS * 4,
@@ -867,8 +950,12 @@ static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
         if (k < 0) continue;
         if (out->logprobs) out->logprobs[i] = c->h_lp[i];
         for (int j = 0; j < k && j < CUDA_SAMPLER_MAX_LOGPROBS; j++) {
-            if (out->top_ids) out->top_ids[(size_t)i * CVLLM_MAX_LOGPROBS + j] = c->h_top[(size_t)i * CUDA_SAMPLER_MAX_LOGPROBS + j];
-            if (out->top_logprobs) out->top_logprobs[(size_t)i * CVLLM_MAX_LOGPROBS + j] = c->h_tlp[(size_t)i * CUDA_SAMPLER_MAX_LOGPROBS + j];
+            if (out->top_ids)
+                out->top_ids[(size_t)i * CVLLM_MAX_LOGPROBS + j] =
+                    c->h_top[(size_t)i * CUDA_SAMPLER_MAX_LOGPROBS + j];
+            if (out->top_logprobs)
+                out->top_logprobs[(size_t)i * CVLLM_MAX_LOGPROBS + j] =
+                    c->h_tlp[(size_t)i * CUDA_SAMPLER_MAX_LOGPROBS + j];
         }
     }
     return 0;
@@ -878,5 +965,7 @@ static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
 
 int bench_cuda_ops(int argc, char **argv); /* bench_cuda.c */
 
-const BackendEntry backend_cuda_entry = {
-    .name = "cuda", .create = backend_cuda_create, .probe = cuda_probe, .bench_ops = bench_cuda_ops};
+const BackendEntry backend_cuda_entry = {.name = "cuda",
+                                         .create = backend_cuda_create,
+                                         .probe = cuda_probe,
+                                         .bench_ops = bench_cuda_ops};

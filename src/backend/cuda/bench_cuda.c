@@ -51,7 +51,8 @@ typedef int (*LaunchFn)(void *ctx, cudaStream_t st);
 static float time_ms(LaunchFn fn, void *ctx, cudaStream_t st, int reps) {
     cudaEvent_t a, b;
     cudaEventCreate(&a), cudaEventCreate(&b);
-    for (int i = 0; i < 3; i++) fn(ctx, st);
+    for (int i = 0; i < 3; i++)
+        fn(ctx, st);
     float *t = xmalloc(reps * sizeof(float));
     for (int i = 0; i < reps; i++) {
         cudaEventRecord(a, st);
@@ -81,7 +82,8 @@ static int gemm_launch(void *ctx, cudaStream_t st) {
 }
 
 static int bench_gemm(cudaStream_t st) {
-    const int shapes[][2] = {{4096, 1024}, {1024, 2048}, {6144, 1024}, {1024, 3072}, {151936, 1024}};
+    const int shapes[][2] = {
+        {4096, 1024}, {1024, 2048}, {6144, 1024}, {1024, 3072}, {151936, 1024}};
     const char *names[] = {"qkv", "o_proj", "gate_up", "down", "lm_head"};
     const int Ts[] = {1, 16, 64, 256, 2048, 8192};
     void *ws, *x, *w;
@@ -89,7 +91,8 @@ static int bench_gemm(cudaStream_t st) {
     BCHECK(cudaMalloc(&ws, 32 << 20));
     BCHECK(cudaMalloc(&x, (size_t)8192 * 3072 * 2));
     BCHECK(cudaMalloc(&w, (size_t)151936 * 1024 * 2));
-    BCHECK(cudaMalloc((void **)&y, (size_t)8192 * 151936 * 4 / 4)); /* lm_head only up to 2048 rows */
+    BCHECK(
+        cudaMalloc((void **)&y, (size_t)8192 * 151936 * 4 / 4)); /* lm_head only up to 2048 rows */
     fill_random_bf16(x, (size_t)8192 * 3072);
     fill_random_bf16(w, (size_t)151936 * 1024);
     CudaGemm *g;
@@ -137,27 +140,45 @@ static int bench_attention(int num_sms, cudaStream_t st) {
     fill_random_bf16(v, cache);
     cudaMemset(q, 0, (size_t)Cmax * (nh + 2 * nkv) * hd * 4);
     int32_t *ht = xmalloc((size_t)Bmax * (Cmax / bs) * 4), hcu[Bmax + 1], hctx[Bmax];
-    for (int i = 0; i < Bmax * (Cmax / bs); i++) ht[i] = (int32_t)(((int64_t)i * 7919) % nblocks);
+    for (int i = 0; i < Bmax * (Cmax / bs); i++)
+        ht[i] = (int32_t)(((int64_t)i * 7919) % nblocks);
     BCHECK(cudaMalloc((void **)&tables, (size_t)Bmax * (Cmax / bs) * 4));
     BCHECK(cudaMalloc((void **)&cu, (Bmax + 1) * 4));
     BCHECK(cudaMalloc((void **)&ctx, Bmax * 4));
     cudaMemcpy(tables, ht, (size_t)Bmax * (Cmax / bs) * 4, cudaMemcpyHostToDevice);
-    printf("decode attention (16 heads / 8 kv heads, head_dim 128, bf16 cache, block 16): ms, GB/s of K+V\n");
+    printf("decode attention (16 heads / 8 kv heads, head_dim 128, bf16 cache, block 16): ms, GB/s "
+           "of K+V\n");
     const int Bs[] = {1, 16, 64}, Cs[] = {512, 2048, 8192};
     for (int bi = 0; bi < 3; bi++)
         for (int ci = 0; ci < 3; ci++) {
             const int B = Bs[bi], C = Cs[ci];
-            for (int i = 0; i <= B; i++) hcu[i] = i;
-            for (int i = 0; i < B; i++) hctx[i] = C;
+            for (int i = 0; i <= B; i++)
+                hcu[i] = i;
+            for (int i = 0; i < B; i++)
+                hctx[i] = C;
             cudaMemcpy(cu, hcu, (B + 1) * 4, cudaMemcpyHostToDevice);
             cudaMemcpy(ctx, hctx, B * 4, cudaMemcpyHostToDevice);
-            AttnCtx a = {.p = {.q = q, .ldq = (nh + 2 * nkv) * hd, .out = out, .adt = DTYPE_BF16,
-                               .k_cache = k, .v_cache = v, .kvdt = DTYPE_BF16, .n_heads = nh,
-                               .n_kv_heads = nkv, .hd = hd, .block_size = bs, .scale = 0.088f,
-                               .num_seqs = B, .cu_seqlens_q = cu, .context_lens = ctx,
-                               .block_tables = tables, .max_blocks_per_seq = Cmax / bs,
-                               .max_seqlen_q = 1, .max_seqlen_k = C},
-                         .decode = 1, .ws = ws};
+            AttnCtx a = {.p = {.q = q,
+                               .ldq = (nh + 2 * nkv) * hd,
+                               .out = out,
+                               .adt = DTYPE_BF16,
+                               .k_cache = k,
+                               .v_cache = v,
+                               .kvdt = DTYPE_BF16,
+                               .n_heads = nh,
+                               .n_kv_heads = nkv,
+                               .hd = hd,
+                               .block_size = bs,
+                               .scale = 0.088f,
+                               .num_seqs = B,
+                               .cu_seqlens_q = cu,
+                               .context_lens = ctx,
+                               .block_tables = tables,
+                               .max_blocks_per_seq = Cmax / bs,
+                               .max_seqlen_q = 1,
+                               .max_seqlen_k = C},
+                         .decode = 1,
+                         .ws = ws};
             a.parts = attention_decode_num_parts(&a.p, num_sms);
             float ms = time_ms(attn_launch, &a, st, 20);
             printf("  B %3d  context %5d  parts %2d  %8.4f ms  %7.0f GB/s\n", B, C, a.parts, ms,
@@ -170,12 +191,25 @@ static int bench_attention(int num_sms, cudaStream_t st) {
         hcu[0] = 0, hcu[1] = P, hctx[0] = P;
         cudaMemcpy(cu, hcu, 2 * 4, cudaMemcpyHostToDevice);
         cudaMemcpy(ctx, hctx, 4, cudaMemcpyHostToDevice);
-        AttnCtx a = {.p = {.q = q, .ldq = (nh + 2 * nkv) * hd, .out = out, .adt = DTYPE_BF16,
-                           .k_cache = k, .v_cache = v, .kvdt = DTYPE_BF16, .n_heads = nh,
-                           .n_kv_heads = nkv, .hd = hd, .block_size = bs, .scale = 0.088f,
-                           .num_seqs = 1, .cu_seqlens_q = cu, .context_lens = ctx,
-                           .block_tables = tables, .max_blocks_per_seq = Cmax / bs,
-                           .max_seqlen_q = P, .max_seqlen_k = P},
+        AttnCtx a = {.p = {.q = q,
+                           .ldq = (nh + 2 * nkv) * hd,
+                           .out = out,
+                           .adt = DTYPE_BF16,
+                           .k_cache = k,
+                           .v_cache = v,
+                           .kvdt = DTYPE_BF16,
+                           .n_heads = nh,
+                           .n_kv_heads = nkv,
+                           .hd = hd,
+                           .block_size = bs,
+                           .scale = 0.088f,
+                           .num_seqs = 1,
+                           .cu_seqlens_q = cu,
+                           .context_lens = ctx,
+                           .block_tables = tables,
+                           .max_blocks_per_seq = Cmax / bs,
+                           .max_seqlen_q = P,
+                           .max_seqlen_k = P},
                      .decode = 0};
         float ms = time_ms(attn_launch, &a, st, 5);
         printf("  tokens %5d  %8.3f ms  %6.2f TFLOP/s\n", P, ms,
@@ -192,8 +226,10 @@ static int bench_attention(int num_sms, cudaStream_t st) {
 static const char *QWEN3_06B =
     "{\"architectures\": [\"Qwen3ForCausalLM\"], \"vocab_size\": 151936, \"hidden_size\": 1024,"
     " \"intermediate_size\": 3072, \"num_hidden_layers\": 28, \"num_attention_heads\": 16,"
-    " \"num_key_value_heads\": 8, \"head_dim\": 128, \"rms_norm_eps\": 1e-6, \"rope_theta\": 1000000,"
-    " \"max_position_embeddings\": 40960, \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\"}";
+    " \"num_key_value_heads\": 8, \"head_dim\": 128, \"rms_norm_eps\": 1e-6, \"rope_theta\": "
+    "1000000,"
+    " \"max_position_embeddings\": 40960, \"tie_word_embeddings\": true, \"torch_dtype\": "
+    "\"bfloat16\"}";
 
 static int bench_decode(void) {
     ModelConfig cfg;
@@ -206,14 +242,16 @@ static int bench_decode(void) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
         buf[i] = f32_to_bf16(((float)(s >> 40) / 16777216.0f - 0.5f) * 0.1f);
     }
-    for (int i = 0; i < I; i++) ones[i] = f32_to_bf16(1.0f);
+    for (int i = 0; i < I; i++)
+        ones[i] = f32_to_bf16(1.0f);
     ModelWeights w = {0};
     w.layers = xcalloc((size_t)L, sizeof(LayerWeights));
 #define T2(r, c) ((Tensor){buf, DTYPE_BF16, (r), (c)})
 #define V1(n) ((Tensor){ones, DTYPE_BF16, 1, (n)})
     w.embed_tokens = w.lm_head = T2(cfg.vocab_size, H);
     w.norm = V1(H);
-    const int qd = cfg.num_attention_heads * cfg.head_dim, kvd = cfg.num_key_value_heads * cfg.head_dim;
+    const int qd = cfg.num_attention_heads * cfg.head_dim,
+              kvd = cfg.num_key_value_heads * cfg.head_dim;
     for (int l = 0; l < L; l++) {
         LayerWeights *lw = &w.layers[l];
         lw->input_layernorm = lw->post_attention_layernorm = V1(H);
@@ -223,10 +261,16 @@ static int bench_decode(void) {
     }
     const int C = 512, bs = 16, Bs[] = {1, 8, 16, 64, 128};
     printf("decode step, synthetic qwen3-0.6b (bf16, tied lm_head), context %d, sampling greedy "
-           "included: ms per step, tokens/s\n", C);
+           "included: ms per step, tokens/s\n",
+           C);
     for (int eager = 0; eager < 2; eager++) {
-        BackendOptions o = {.max_num_tokens = 2048, .max_num_seqs = 128, .max_model_len = 4096,
-                            .block_size = bs, .enforce_eager = eager, .tp_size = 1, .verbose = 1};
+        BackendOptions o = {.max_num_tokens = 2048,
+                            .max_num_seqs = 128,
+                            .max_model_len = 4096,
+                            .block_size = bs,
+                            .enforce_eager = eager,
+                            .tp_size = 1,
+                            .verbose = 1};
         const BackendEntry *be = backend_find("cuda");
         Backend *b;
         double t0 = now_seconds();
@@ -246,22 +290,36 @@ static int bench_decode(void) {
             SamplingRow *rows = xcalloc(B, sizeof *rows);
             for (int i = 0; i < B; i++) {
                 pos[i] = C - 1, cu[i] = i, ctx[i] = C, li[i] = i;
-                for (int j = 0; j < mb; j++) tab[i * mb + j] = i * mb + j;
+                for (int j = 0; j < mb; j++)
+                    tab[i * mb + j] = i * mb + j;
                 slot[i] = (int64_t)tab[i * mb + (C - 1) / bs] * bs + (C - 1) % bs;
-                rows[i] = (SamplingRow){.temperature = 0, .top_p = 1, .repetition_penalty = 1, .num_logprobs = -1};
+                rows[i] = (SamplingRow){
+                    .temperature = 0, .top_p = 1, .repetition_penalty = 1, .num_logprobs = -1};
             }
             cu[B] = B;
-            StepInputs in = {.num_tokens = B, .num_seqs = B, .input_ids = ids, .positions = pos,
-                             .slot_mapping = slot, .cu_seqlens_q = cu, .cu_seqlens_k = NULL,
-                             .max_seqlen_q = 1, .max_seqlen_k = C, .context_lens = ctx,
-                             .block_tables = tab, .max_blocks_per_seq = mb, .logits_indices = li,
-                             .num_logits = B, .sampling = rows};
+            StepInputs in = {.num_tokens = B,
+                             .num_seqs = B,
+                             .input_ids = ids,
+                             .positions = pos,
+                             .slot_mapping = slot,
+                             .cu_seqlens_q = cu,
+                             .cu_seqlens_k = NULL,
+                             .max_seqlen_q = 1,
+                             .max_seqlen_k = C,
+                             .context_lens = ctx,
+                             .block_tables = tab,
+                             .max_blocks_per_seq = mb,
+                             .logits_indices = li,
+                             .num_logits = B,
+                             .sampling = rows};
             int32_t *cuk = xmalloc((B + 1) * 4);
-            for (int i = 0; i <= B; i++) cuk[i] = i * C;
+            for (int i = 0; i <= B; i++)
+                cuk[i] = i * C;
             in.cu_seqlens_k = cuk;
             int32_t *tok = xmalloc(B * 4);
             StepOutputs out = {.token_ids = tok};
-            for (int i = 0; i < 3; i++) BOK(b->forward(b, &in, &out));
+            for (int i = 0; i < 3; i++)
+                BOK(b->forward(b, &in, &out));
             const int reps = 30;
             float *t = xmalloc(reps * sizeof(float));
             for (int i = 0; i < reps; i++) {

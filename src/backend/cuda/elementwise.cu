@@ -4,8 +4,8 @@
  *   embedding_cuda        <- cpu_to_f32 of an embed_tokens row (cpu_forward)
  *   residual_rmsnorm_cuda <- residual_norm (backend_cpu.c): x += add; rmsnorm_cpu
  *   add_bias_cuda         <- matmul_rows_scalar's "+ bias[n]"
- *   qk_norm_rope_cuda     <- qk_rope_store_job: rmsnorm_cpu per head, rope_cos_sin_cpu, rope_apply_cpu
- *   store_kvcache_cuda    <- qk_rope_store_job's store (slot -1: nothing written)
+ *   qk_norm_rope_cuda     <- qk_rope_store_job: rmsnorm_cpu per head, rope_cos_sin_cpu,
+ * rope_apply_cpu store_kvcache_cuda    <- qk_rope_store_job's store (slot -1: nothing written)
  *   silu_mul_cuda         <- silu_mul_cpu
  *   gather_rows_cuda      <- the logits_indices rows of cpu_forward */
 #include <stdio.h>
@@ -24,13 +24,15 @@ __global__ void embedding_kernel(float *x, const T *embed, const int32_t *ids, i
     const int t = blockIdx.x;
     const T *row = embed + (int64_t)ids[t] * H;
     float *y = x + (int64_t)t * H;
-    for (int i = threadIdx.x; i < H; i += blockDim.x) y[i] = to_f32(row[i]);
+    for (int i = threadIdx.x; i < H; i += blockDim.x)
+        y[i] = to_f32(row[i]);
 }
 
 extern "C" int embedding_cuda(float *d_x, const void *d_embed, DType edt, const int32_t *d_ids,
                               int T, int H, cudaStream_t stream) {
     if (T <= 0) return 0;
-    DISPATCH_DTYPE(edt, E, embedding_kernel<E><<<T, 256, 0, stream>>>(d_x, (const E *)d_embed, d_ids, H));
+    DISPATCH_DTYPE(edt, E,
+                   embedding_kernel<E><<<T, 256, 0, stream>>>(d_x, (const E *)d_embed, d_ids, H));
     CUDA_LAUNCH_TRY();
     return 0;
 }
@@ -66,7 +68,8 @@ __global__ void residual_rmsnorm_kernel(float *x, const float *add, const float 
     if (!h) return;
     ss = block_sum(ss);
     const float r = 1.0f / sqrtf(ss / (float)H + eps);
-    for (int i = threadIdx.x; i < H; i += blockDim.x) h[t * H + i] = from_f32<A>((xr[i] * r) * w[i]);
+    for (int i = threadIdx.x; i < H; i += blockDim.x)
+        h[t * H + i] = from_f32<A>((xr[i] * r) * w[i]);
 }
 
 extern "C" int residual_rmsnorm_cuda(float *d_x, const float *d_add, const float *d_w, void *d_h,
@@ -74,7 +77,8 @@ extern "C" int residual_rmsnorm_cuda(float *d_x, const float *d_add, const float
     if (T <= 0) return 0;
     const int threads = H >= 1024 ? 1024 : (H + 31) / 32 * 32;
     DISPATCH_DTYPE(adt, A,
-                   residual_rmsnorm_kernel<A><<<T, threads, 0, stream>>>(d_x, d_add, d_w, (A *)d_h, H, eps));
+                   residual_rmsnorm_kernel<A>
+                   <<<T, threads, 0, stream>>>(d_x, d_add, d_w, (A *)d_h, H, eps));
     CUDA_LAUNCH_TRY();
     return 0;
 }
@@ -83,7 +87,8 @@ extern "C" int residual_rmsnorm_cuda(float *d_x, const float *d_add, const float
 
 __global__ void add_bias_kernel(float *y, int64_t ld, const float *bias, int N) {
     const int64_t t = blockIdx.x;
-    for (int n = threadIdx.x; n < N; n += blockDim.x) y[t * ld + n] += bias[n];
+    for (int n = threadIdx.x; n < N; n += blockDim.x)
+        y[t * ld + n] += bias[n];
 }
 
 extern "C" int add_bias_cuda(float *d_y, int64_t ld, const float *d_bias, int T, int N,
@@ -98,9 +103,8 @@ extern "C" int add_bias_cuda(float *d_y, int64_t ld, const float *d_bias, int T,
 
 /* A block per token, a warp per head (q heads then k heads). */
 __global__ void qk_norm_rope_kernel(float *qkv, int64_t ld, const int32_t *positions,
-                                    const float *inv_freq, const float *q_norm,
-                                    const float *k_norm, int n_heads, int n_kv_heads, int hd,
-                                    float eps) {
+                                    const float *inv_freq, const float *q_norm, const float *k_norm,
+                                    int n_heads, int n_kv_heads, int hd, float eps) {
     const int64_t t = blockIdx.x;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int half = hd / 2;
@@ -111,7 +115,8 @@ __global__ void qk_norm_rope_kernel(float *qkv, int64_t ld, const int32_t *posit
         float r = 1.0f;
         if (nw_) {
             float ss = 0.0f;
-            for (int i = lane; i < hd; i += 32) ss += v[i] * v[i];
+            for (int i = lane; i < hd; i += 32)
+                ss += v[i] * v[i];
             ss = warp_sum(ss);
             r = 1.0f / sqrtf(ss / (float)hd + eps);
         }
@@ -136,7 +141,7 @@ extern "C" int qk_norm_rope_cuda(float *d_qkv, int64_t ld, const int32_t *d_posi
                                  float eps, cudaStream_t stream) {
     if (T <= 0) return 0;
     qk_norm_rope_kernel<<<T, 256, 0, stream>>>(d_qkv, ld, d_positions, d_inv_freq, d_q_norm,
-                                                d_k_norm, n_heads, n_kv_heads, hd, eps);
+                                               d_k_norm, n_heads, n_kv_heads, hd, eps);
     CUDA_LAUNCH_TRY();
     return 0;
 }
@@ -156,20 +161,19 @@ __global__ void store_kvcache_kernel(const float *k, const float *v, int64_t ld,
 }
 
 extern "C" int store_kvcache_cuda(const float *d_k, const float *d_v, int64_t ld, void *d_k_cache,
-                                  void *d_v_cache, DType kvdt, const int64_t *d_slot_mapping,
-                                  int T, int kv_dim, cudaStream_t stream) {
+                                  void *d_v_cache, DType kvdt, const int64_t *d_slot_mapping, int T,
+                                  int kv_dim, cudaStream_t stream) {
     if (T <= 0) return 0;
     DISPATCH_DTYPE(kvdt, C,
-                   store_kvcache_kernel<C><<<T, 256, 0, stream>>>(d_k, d_v, ld, (C *)d_k_cache,
-                                                                  (C *)d_v_cache, d_slot_mapping, kv_dim));
+                   store_kvcache_kernel<C><<<T, 256, 0, stream>>>(
+                       d_k, d_v, ld, (C *)d_k_cache, (C *)d_v_cache, d_slot_mapping, kv_dim));
     CUDA_LAUNCH_TRY();
     return 0;
 }
 
 /* ------------------------------------------------------------------ silu * mul */
 
-template <typename A>
-__global__ void silu_mul_kernel(A *g, const float *gu, int I) {
+template <typename A> __global__ void silu_mul_kernel(A *g, const float *gu, int I) {
     const int64_t t = blockIdx.y;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= I) return;
@@ -190,7 +194,8 @@ extern "C" int silu_mul_cuda(void *d_g, DType adt, const float *d_gu, int T, int
 
 __global__ void gather_rows_kernel(float *y, const float *x, const int32_t *idx, int H) {
     const int64_t i = blockIdx.x, src = idx[i];
-    for (int c = threadIdx.x; c < H; c += blockDim.x) y[i * H + c] = x[src * H + c];
+    for (int c = threadIdx.x; c < H; c += blockDim.x)
+        y[i * H + c] = x[src * H + c];
 }
 
 extern "C" int gather_rows_cuda(float *d_y, const float *d_x, const int32_t *d_idx, int n, int H,

@@ -66,7 +66,8 @@ static void plan_free(GemmPlan *p) {
 
 void gemm_destroy(CudaGemm *g) {
     if (!g) return;
-    for (int i = 0; i < g->num_plans; i++) plan_free(&g->plans[i]);
+    for (int i = 0; i < g->num_plans; i++)
+        plan_free(&g->plans[i]);
     cublasLtDestroy(g->lt);
     free(g);
 }
@@ -97,11 +98,14 @@ static int plan_make(CudaGemm *g, GemmPlan *p, int T, int N, int K, int64_t ldy,
         st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &res,
                                             &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (st != CUBLAS_STATUS_SUCCESS) return lt_error(st, __LINE__, "cublasLtMatmulAlgoGetHeuristic");
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return lt_error(st, __LINE__, "cublasLtMatmulAlgoGetHeuristic");
     if (found < 1)
-        return cvllm_errorf(CVLLM_EBACKEND,
-                            "cuda backend: cuBLASLt has no algorithm for a %s [%d, %d] x [%d, %d]^T "
-                            "product", dtype_name(adt), T, K, N, K);
+        return cvllm_errorf(
+            CVLLM_EBACKEND,
+            "cuda backend: cuBLASLt has no algorithm for a %s [%d, %d] x [%d, %d]^T "
+            "product",
+            dtype_name(adt), T, K, N, K);
     p->algo = res.algo;
     return 0;
 }

@@ -27,8 +27,7 @@ extern "C" {
 #define CUDA_TRY(call)                                                                             \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess)                                                                     \
-            return cuda_error(e_, __FILE__, __LINE__, #call);                                      \
+        if (e_ != cudaSuccess) return cuda_error(e_, __FILE__, __LINE__, #call);                   \
     } while (0)
 /* After a launch: the launch's own error (bad configuration, no kernel image). */
 #define CUDA_LAUNCH_TRY() CUDA_TRY(cudaGetLastError())
@@ -80,18 +79,18 @@ int convert_f32_cuda(void *d_dst, DType dt, const float *d_src, int64_t n, cudaS
 
 /* What both attention kernels read (the step's device arrays; see backend.h's contract). */
 typedef struct {
-    const float *q;        /* [T, ldq] f32: token t's heads at q + t*ldq, n_heads x hd */
+    const float *q; /* [T, ldq] f32: token t's heads at q + t*ldq, n_heads x hd */
     int64_t ldq;
-    void *out;             /* [T, n_heads * hd] of adt */
+    void *out; /* [T, n_heads * hd] of adt */
     DType adt;
     const void *k_cache, *v_cache; /* this layer's [num_blocks * block_size, n_kv_heads * hd] */
     DType kvdt;
     int n_heads, n_kv_heads, hd, block_size;
     float scale;
     int num_seqs;
-    const int32_t *cu_seqlens_q;  /* [num_seqs + 1] */
-    const int32_t *context_lens;  /* [num_seqs]: keys of each sequence (0: a padding lane) */
-    const int32_t *block_tables;  /* [num_seqs, max_blocks_per_seq] */
+    const int32_t *cu_seqlens_q; /* [num_seqs + 1] */
+    const int32_t *context_lens; /* [num_seqs]: keys of each sequence (0: a padding lane) */
+    const int32_t *block_tables; /* [num_seqs, max_blocks_per_seq] */
     int max_blocks_per_seq;
     int max_seqlen_q, max_seqlen_k; /* bounds: grids are sized by them */
 } AttentionParams;
@@ -134,10 +133,10 @@ typedef struct {
     float temperature, top_p, min_p;
     int top_k;
     float presence_penalty, frequency_penalty, repetition_penalty;
-    int num_logprobs;      /* -1: none */
+    int num_logprobs; /* -1: none */
     uint64_t seed;
-    uint64_t draw_index;   /* the uniform's counter: the output index of the token drawn now */
-    int64_t ids_offset;    /* penalties: prompt ids then output ids at ids[ids_offset ..] */
+    uint64_t draw_index; /* the uniform's counter: the output index of the token drawn now */
+    int64_t ids_offset;  /* penalties: prompt ids then output ids at ids[ids_offset ..] */
     int num_prompt, num_output;
     int has_penalty;
 } CudaSamplingRow;

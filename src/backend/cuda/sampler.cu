@@ -79,12 +79,14 @@ __device__ ArgMax block_argmax(ArgMax a) {
 template <typename T> __device__ T block_sum_t(T v) {
     __shared__ T part[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
     __syncthreads();
     if (lane == 0) part[warp] = v;
     __syncthreads();
     v = lane < (int)(blockDim.x >> 5) ? part[lane] : (T)0;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
@@ -142,7 +144,9 @@ __device__ __forceinline__ float weight(const Sampling &S, int i) {
     float e = expf((eff_logit(S.R, i) - S.m) * S.inv_t);
     return e >= 0.0f ? e : 0.0f; /* NaN logits never win */
 }
-__device__ __forceinline__ uint32_t wkey(float w) { return __float_as_uint(w); }
+__device__ __forceinline__ uint32_t wkey(float w) {
+    return __float_as_uint(w);
+}
 __device__ __forceinline__ unsigned long long wfix(float w) {
     return (unsigned long long)((double)w * FIX_SCALE);
 }
@@ -192,7 +196,8 @@ __device__ uint32_t radix_select(const Sampling &S, int by_mass, unsigned long l
     uint32_t prefix = 0, mask = 0;
     unsigned long long cum = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0;
+        for (int d = threadIdx.x; d < 256; d += blockDim.x)
+            hist[d] = 0;
         __syncthreads();
         for (int i = threadIdx.x; i < S.vocab; i += blockDim.x) {
             const float w = weight(S, i);
@@ -249,8 +254,10 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
         for (int i = threadIdx.x; i < nids; i += blockDim.x) {
             const int id = rid[i];
             if (id < 0 || id >= vocab) continue;
-            if (i < P.num_prompt) atomicOr(&cnt[id], PROMPT_BIT);
-            else atomicAdd(&cnt[id], 1);
+            if (i < P.num_prompt)
+                atomicOr(&cnt[id], PROMPT_BIT);
+            else
+                atomicAdd(&cnt[id], 1);
         }
         __syncthreads();
         S.R.cnt = cnt;
@@ -259,10 +266,12 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
     /* log-probs of the raw logits */
     __shared__ int chosen[CUDA_SAMPLER_MAX_LOGPROBS];
     double lse = 0.0; /* log(sum exp(x)), NaNs skipped, in double as the CPU's log_sum_exp */
-    const int nlp = P.num_logprobs > CUDA_SAMPLER_MAX_LOGPROBS ? CUDA_SAMPLER_MAX_LOGPROBS : P.num_logprobs;
+    const int nlp =
+        P.num_logprobs > CUDA_SAMPLER_MAX_LOGPROBS ? CUDA_SAMPLER_MAX_LOGPROBS : P.num_logprobs;
     if (P.num_logprobs >= 0) {
         float mx = -INFINITY;
-        for (int i = threadIdx.x; i < vocab; i += blockDim.x) mx = fmaxf(mx, S.R.x[i]);
+        for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+            mx = fmaxf(mx, S.R.x[i]);
         mx = block_max_f(mx);
         double se = 0.0;
         if (isfinite(mx))
@@ -274,7 +283,8 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
             ArgMax a = {-INFINITY, -1};
             for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
                 bool taken = false;
-                for (int c = 0; c < k; c++) taken |= chosen[c] == i;
+                for (int c = 0; c < k; c++)
+                    taken |= chosen[c] == i;
                 ArgMax b = {S.R.x[i], i};
                 if (!taken && am_better(b, a)) a = b;
             }
@@ -340,7 +350,8 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
         int last = -1;
         for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
             const float w = weight(S, i);
-            if (w > 0.0f && w >= S.min_w && inside(wkey(w), i, bkey, bid)) kept += wfix(w), last = i;
+            if (w > 0.0f && w >= S.min_w && inside(wkey(w), i, bkey, bid))
+                kept += wfix(w), last = i;
         }
         kept = block_sum_t<unsigned long long>(kept);
         ArgMax la = {(float)last, last};
@@ -393,7 +404,8 @@ extern "C" int sampler_cuda(const float *d_logits, int n, int vocab, const CudaS
                             cudaStream_t stream) {
     if (n <= 0) return 0;
     if (vocab >= (1 << 19))
-        return cvllm_errorf(CVLLM_EUNSUPPORTED, "cuda sampler: vocabulary of %d (at most 524287)", vocab);
+        return cvllm_errorf(CVLLM_EUNSUPPORTED, "cuda sampler: vocabulary of %d (at most 524287)",
+                            vocab);
     sampler_kernel<<<n, SAMPLER_THREADS, 0, stream>>>(d_logits, vocab, d_rows, d_ids, d_token,
                                                       d_logprob, d_top_ids, d_top_logprobs,
                                                       (int32_t *)d_scratch);
