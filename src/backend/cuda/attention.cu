@@ -320,8 +320,8 @@ extern "C" int attention_decode_cuda(const AttentionParams *p, int num_parts, vo
     CUDA_LAUNCH_TRY();
     if (num_parts > 1) {
         dim3 grid(p->n_heads, p->num_seqs);
-        attention_decode_merge_kernel < <<grid, p->hd<32 ? 32 : p->hd, 0, stream>>>(*p, num_parts,
-                                                                                    ws);
+        const int threads = p->hd < 32 ? 32 : p->hd;
+        attention_decode_merge_kernel<<<grid, threads, 0, stream>>>(*p, num_parts, ws);
         CUDA_LAUNCH_TRY();
     }
     return 0;
