@@ -19,10 +19,11 @@
  *    the logits part (printed: how many tokens agree);
  *  - bad input: a prompt longer than the KV cache is refused with a message, and a GPU memory
  *    budget too small for one KV block fails at create with a message. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+
+#include <cmocka.h>
 
 #include <cuda_runtime.h>
 #include <glob.h>

@@ -13,10 +13,11 @@
  * backend.h's semantics (same Philox uniforms): greedy ids and log-probs must match; sampled ids
  * may differ only where the uniform falls within rounding of a boundary (counted, at most 1%),
  * and the empirical distribution of 4000 draws is within total-variation 0.05 of the exact one. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+
+#include <cmocka.h>
 
 #include <math.h>
 #include <stdio.h>
