@@ -105,5 +105,31 @@ check "bench fixed lengths" "json $T/bench2.json 'd[\"prompt_tokens\"]==150 and 
 check "bench ops sampler" '$B bench ops sampler | grep -q "greedy"'
 check "bench ops: unknown part exits 2" '$B bench ops frobnicate >/dev/null 2>&1; [ $? = 2 ]'
 
+# ---- issue 11: bad input anywhere is a clear error, usage errors exit 2, runtime errors 1 ----
+M=models/cvllm-tiny-py
+rc_of() { "$@" >/dev/null 2>$T/err; echo $?; }
+usage2() { local r; r=$(rc_of "$@"); if [ "$r" = 2 ] && [ -s $T/err ]; then ok "usage error (2): ${*:2}"; else bad "expected exit 2, got $r: $*: $(head -c 300 $T/err)"; fi; }
+
+# one kind of mistake, one exit code: every engine option value the engine would refuse is a
+# usage error at parse time, in every command that takes engine options
+for bad_opt in "--block-size 17" "--block-size 8" "--block-size 0" "--block-size 512" "--block-size 16x" \
+               "--threads 1000" "--threads -1" "--threads 1.5" "--max-num-seqs 0" "--max-num-batched-tokens 0" \
+               "--max-model-len 0" "--max-model-len ' 5'" "--kv-cache-memory nan" "--kv-cache-memory -1G" \
+               "--kv-cache-memory 0x10" "--kv-cache-memory ' 2G'" "--kv-cache-memory 0" \
+               "--gpu-memory-utilization 2" "--device tpu" "--kv-cache-dtype fp8"; do
+  eval "usage2 $B complete $M --prompt-ids 1 $bad_opt"
+done
+usage2 $B chat $M --block-size 24
+usage2 $B bench throughput $M --threads 999
+check "--threads up to the cores is fine" '[ "$(rc_of $B complete $M --prompt-ids 1 --max-tokens 1 --threads $(nproc) --block-size 32 --quiet)" = 0 ]'
+
+# id lists: decimal ids separated by single commas, nothing else, wherever ids are read
+for ids in '1,2,' '1, 2' '1,,2' ',1' ' 1' '1 ' '+1' '-1' '0x1' '1;2' '' '2147483648' '99999999999999999999'; do
+  usage2 $B complete $M --prompt-ids "$ids"
+  usage2 $B complete $M --prompt-ids 1 --stop-token-ids "$ids"
+  usage2 $B detokenize $M --ids "$ids"
+done
+check "--prompt-ids 1,2 and --ids 0,2147483647 are fine" '[ "$(rc_of $B complete $M --prompt-ids 1,2 --max-tokens 1 --quiet)" = 0 ] && [ "$(rc_of $B detokenize $M --ids 0,2147483647)" = 0 ]'
+
 if [ $fails = 0 ]; then echo "all CLI checks passed"; exit 0; fi
 echo "$fails CLI checks failed"; exit 1

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -15,12 +16,12 @@ const char CLI_ENGINE_OPTIONS_HELP[] =
     "  --max-model-len N              longest sequence (default: the model's, lowered to fit the KV cache)\n"
     "  --max-num-seqs N               sequences running at once (default 256)\n"
     "  --max-num-batched-tokens N     tokens per step; longer prompts are chunked (default 16384)\n"
-    "  --block-size N                 tokens per KV block, 16..256 (default 16)\n"
+    "  --block-size N                 tokens per KV block: 16, 32, 64, 128 or 256 (default 16)\n"
     "  --kv-cache-memory BYTES        KV cache budget, e.g. 2G, 512M (CPU default 2G)\n"
     "  --kv-cache-dtype auto|float32|bfloat16  KV cache elements (auto: float32 on the CPU)\n"
     "  --gpu-memory-utilization F     CUDA: fraction of device memory (default 0.9)\n"
     "  --no-enable-prefix-caching     turn automatic prefix caching off\n"
-    "  --threads N                    CPU threads (default: all cores)\n"
+    "  --threads N                    CPU threads, at most the cores (default 0: all cores)\n"
     "  --quiet                        no start-up report on stderr\n";
 
 const char *cli_value(int argc, char **argv, int *i) {
@@ -31,11 +32,17 @@ const char *cli_value(int argc, char **argv, int *i) {
     return argv[++*i];
 }
 
+/* Plain decimal text: an optional '-' then a digit (strtoll / strtod also take spaces and '+'). */
+static int plain_number(const char *s) {
+    if (*s == '-') s++;
+    return (*s >= '0' && *s <= '9') || (*s == '.' && s[1] >= '0' && s[1] <= '9');
+}
+
 int cli_int(const char *name, const char *s, long long lo, long long hi, long long *out) {
     char *end;
     errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
+    long long v = plain_number(s) ? strtoll(s, &end, 10) : 0;
+    if (!plain_number(s) || errno || end == s || *end || v < lo || v > hi) {
         fprintf(stderr, "cvllm: %s: expected an integer in [%lld, %lld], got '%s'\n", name, lo, hi, s);
         return -1;
     }
@@ -46,8 +53,9 @@ int cli_int(const char *name, const char *s, long long lo, long long hi, long lo
 int cli_float(const char *name, const char *s, double lo, double hi, double *out) {
     char *end;
     errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
+    double v = plain_number(s) ? strtod(s, &end) : 0;
+    if (!plain_number(s) || errno || end == s || *end || !isfinite(v) || v < lo || v > hi ||
+        strpbrk(s, "xX")) {
         fprintf(stderr, "cvllm: %s: expected a number in [%g, %g], got '%s'\n", name, lo, hi, s);
         return -1;
     }
@@ -55,29 +63,40 @@ int cli_float(const char *name, const char *s, double lo, double hi, double *out
     return 0;
 }
 
-int cli_ids(const char *name, const char *s, int32_t **out) {
+int cli_int_list(const char *name, const char *s, long long lo, long long hi, int32_t **out) {
+    CHECK(lo >= 0 && hi <= INT32_MAX, "cli_int_list: range [%lld, %lld]", lo, hi);
     int n = 0, cap = 0;
-    int32_t *ids = NULL;
+    int32_t *v = NULL;
     const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long long v = strtoll(p, &end, 10);
-        if (errno || end == p || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
-            fprintf(stderr, "cvllm: %s: expected comma-separated token ids, got '%s'\n", name, s);
-            free(ids);
+    for (;;) {
+        const char *d = p;
+        long long x = 0;
+        while (*p >= '0' && *p <= '9' && x <= hi) x = x * 10 + (*p++ - '0');
+        if (p == d || x < lo || x > hi || (*p && *p != ',')) {
+            if (p > d && (x < lo || x > hi))
+                fprintf(stderr, "cvllm: %s: %.*s is outside [%lld, %lld]\n", name,
+                        (int)strspn(d, "0123456789"), d, lo, hi);
+            else
+                fprintf(stderr, "cvllm: %s: expected numbers separated by commas, like 1,2,3 "
+                                "(no spaces), got '%s'\n", name, s);
+            free(v);
             return -1;
         }
-        DA_PUSH(ids, n, cap, (int32_t)v);
-        p = *end ? end + 1 : end;
+        DA_PUSH(v, n, cap, (int32_t)x);
+        if (!*p) break;
+        p++; /* the comma: a number must follow */
     }
-    if (n == 0) {
-        fprintf(stderr, "cvllm: %s: no token ids in '%s'\n", name, s);
-        free(ids);
-        return -1;
-    }
-    *out = ids;
+    *out = v;
     return n;
+}
+
+int cli_ids(const char *name, const char *s, int32_t **out) {
+    return cli_int_list(name, s, 0, INT32_MAX, out);
+}
+
+int cli_num_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN); /* what threadpool_create uses for "all cores" */
+    return n > 0 ? (int)(n < 4096 ? n : 4096) : 1;
 }
 
 int cli_parse_engine_option(int argc, char **argv, int *i, CvllmEngineOptions *o) {
@@ -115,12 +134,27 @@ int cli_parse_engine_option(int argc, char **argv, int *i, CvllmEngineOptions *o
         o->gpu_memory_utilization = f;
         return 1;
     }
+    if (!strcmp(a, "--block-size")) { /* what the engine takes: a power of two in 16..256 */
+        static const char *const SIZES[] = {"16", "32", "64", "128", "256"};
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        for (size_t k = 0; k < sizeof SIZES / sizeof *SIZES; k++)
+            if (!strcmp(v, SIZES[k])) return o->block_size = atoi(v), 1;
+        fprintf(stderr, "cvllm: --block-size: expected 16, 32, 64, 128 or 256, got '%s'\n", v);
+        return -1;
+    }
+    if (!strcmp(a, "--threads")) { /* more threads than cores would only be slower (150x at 1000) */
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        if (cli_int(a, v, 0, cli_num_cores(), &n) < 0) {
+            fprintf(stderr, "cvllm: --threads: this machine has %d cores (0: all of them)\n", cli_num_cores());
+            return -1;
+        }
+        o->num_threads = (int)n;
+        return 1;
+    }
     struct { const char *name; int *field; long long lo, hi; } ints[] = {
         {"--max-model-len", &o->max_model_len, 1, INT32_MAX},
         {"--max-num-seqs", &o->max_num_seqs, 1, 1 << 20},
         {"--max-num-batched-tokens", &o->max_num_batched_tokens, 1, 1 << 24},
-        {"--block-size", &o->block_size, 16, 256},
-        {"--threads", &o->num_threads, 1, 4096},
     };
     for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
         if (strcmp(a, ints[k].name)) continue;

@@ -14,7 +14,7 @@ static const char USAGE[] =
     "usage: cvllm complete MODEL_DIR [prompts] [sampling] [engine options]\n"
     "prompts (repeatable, kept in order):\n"
     "  --prompt TEXT              a text prompt (needs tokenizer.json in MODEL_DIR)\n"
-    "  --prompt-ids 1,2,3         a prompt as token ids\n"
+    "  --prompt-ids 1,2,3         a prompt as token ids (separated by commas, no spaces)\n"
     "  --prompt-file F.jsonl      one request a line: {\"prompt\": \"...\"} or\n"
     "                             {\"prompt_token_ids\": [...]}, plus any sampling field below\n"
     "sampling (defaults for every request; fields in --prompt-file lines override):\n"

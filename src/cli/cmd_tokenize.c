@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "common.h"
 #include "tokenizer/tokenizer.h"
@@ -28,7 +29,8 @@ static void tokenize_usage(FILE *f) {
 static void detokenize_usage(FILE *f) {
     fprintf(f, "usage: cvllm detokenize MODEL_DIR (--ids 1,2,3 | --input-jsonl F) "
                "[--skip-special-tokens]\n"
-               "  --ids LIST             comma-separated token ids; prints the text\n"
+               "  --ids LIST             token ids separated by commas, no spaces (1,2,3); prints\n"
+               "                         the text (ids past the tokenizer's vocabulary: no text)\n"
                "  --input-jsonl F        one JSON id array per line ('-' = stdin); prints one JSON\n"
                "                         string per line\n"
                "  --skip-special-tokens  drop special tokens\n");
@@ -148,27 +150,6 @@ int cmd_tokenize(int argc, char **argv) {
 
 /* ---------------------------------------------------------------- detokenize */
 
-/* Parses "1,2,3" (spaces allowed). Returns the count or -1. */
-static int parse_id_list(const char *s, int32_t **out) {
-    int32_t *ids = NULL;
-    int n = 0, cap = 0;
-    while (*s) {
-        while (*s == ' ' || *s == ',') s++;
-        if (!*s) break;
-        char *end;
-        errno = 0;
-        long v = strtol(s, &end, 10);
-        if (end == s || errno || v < INT32_MIN || v > INT32_MAX || (*end && *end != ',' && *end != ' ')) {
-            free(ids);
-            return -1;
-        }
-        DA_PUSH(ids, n, cap, (int32_t)v);
-        s = end;
-    }
-    *out = ids;
-    return n;
-}
-
 typedef struct {
     const Tokenizer *t;
     int skip;
@@ -232,12 +213,12 @@ int cmd_detokenize(int argc, char **argv) {
     }
     int32_t *ids = NULL;
     int n = 0;
-    if (!dir || (!ids_arg == !jsonl) || (ids_arg && (n = parse_id_list(ids_arg, &ids)) < 0)) {
-        fprintf(stderr, "cvllm detokenize: need MODEL_DIR and exactly one of --ids (comma-separated "
-                        "integers) / --input-jsonl\n");
+    if (!dir || (!ids_arg == !jsonl)) {
+        fprintf(stderr, "cvllm detokenize: need MODEL_DIR and exactly one of --ids / --input-jsonl\n");
         detokenize_usage(stderr);
         return 2;
     }
+    if (ids_arg && (n = cli_ids("--ids", ids_arg, &ids)) < 0) return 2;
     Tokenizer *t;
     if (tokenizer_load(dir, &t) < 0) {
         fprintf(stderr, "cvllm detokenize: %s\n", cvllm_last_error());
