@@ -131,5 +131,19 @@ for ids in '1,2,' '1, 2' '1,,2' ',1' ' 1' '1 ' '+1' '-1' '0x1' '1;2' '' '2147483
 done
 check "--prompt-ids 1,2 and --ids 0,2147483647 are fine" '[ "$(rc_of $B complete $M --prompt-ids 1,2 --max-tokens 1 --quiet)" = 0 ] && [ "$(rc_of $B detokenize $M --ids 0,2147483647)" = 0 ]'
 
+# a broken model folder is named once in the message
+mkdir -p $T/bad; rm -rf $T/bad/x; cp -r $M $T/bad/x
+BA=$(realpath $B); MA=$(realpath $M)
+cd $T
+echo '{' > bad/x/config.json
+check "a malformed config.json: the folder named once" '[ "$(rc_of $BA complete bad/x --prompt-ids 1 --quiet)" = 1 ] && [ "$(grep -o "bad/x" $T/err | wc -l)" = 1 ] && grep -q "config.json" $T/err'
+rm bad/x/config.json
+check "a missing config.json: the folder named once" '[ "$(rc_of $BA complete bad/x --prompt-ids 1 --quiet)" = 1 ] && [ "$(grep -o "bad/x" $T/err | wc -l)" = 1 ]'
+cp $MA/config.json bad/x/; rm bad/x/model.safetensors
+check "no weights: the folder named once" '[ "$(rc_of $BA complete bad/x --prompt-ids 1 --quiet)" = 1 ] && [ "$(grep -o "bad/x" $T/err | wc -l)" = 1 ] && grep -q "no model.safetensors" $T/err'
+head -c 1000 $MA/model.safetensors > bad/x/model.safetensors
+check "truncated weights: the folder named once" '[ "$(rc_of $BA complete bad/x --prompt-ids 1 --quiet)" = 1 ] && [ "$(grep -o "bad/x" $T/err | wc -l)" = 1 ]'
+cd $OLDPWD
+
 if [ $fails = 0 ]; then echo "all CLI checks passed"; exit 0; fi
 echo "$fails CLI checks failed"; exit 1
