@@ -132,6 +132,45 @@ else
   echo "skip padding-id completion: $TOK missing (make js)"
 fi
 
+# special files and directories where a file is expected: an error at once (exit 1), never a hang
+# or a read without end (a memory limit turns a regression into a failure, not a swapped machine)
+mkfifo $T/fifo
+ln -s /dev/zero $T/zero
+mkdir -p $T/adir
+lim() { (ulimit -v 4000000; timeout 20 "$@"); }
+for f in $T/adir $T/fifo $T/zero $T/missing; do
+  check "--prompt-file $(basename $f): exit 1" '[ "$(rc_of lim $B complete $M --prompt-file $f --quiet)" = 1 ] && grep -q "prompt-file: $f: " $T/err'
+  check "tokenize --input-jsonl $(basename $f): exit 1" '[ "$(rc_of lim $B tokenize $M --input-jsonl $f)" = 1 ] && grep -q "$f: " $T/err'
+  check "template --messages $(basename $f): exit 1" '[ "$(rc_of lim $B template $TOK --messages $f)" = 1 ] && grep -q "$f: " $T/err'
+done
+echo '[{"role": "user", "content": "hi"}]' > $T/msgs.json
+check "template --tools FIFO: exit 1" '[ "$(rc_of lim $B template $TOK --messages $T/msgs.json --tools $T/fifo)" = 1 ] && grep -q "FIFO" $T/err'
+for f in config.json tokenizer.json tokenizer_config.json generation_config.json model.safetensors; do
+  rm -rf $T/sp; cp -r $M $T/sp
+  for kind in fifo zero urandom dir loop; do
+    rm -rf $T/sp/$f
+    case $kind in
+      fifo) mkfifo $T/sp/$f ;; zero) ln -s /dev/zero $T/sp/$f ;; urandom) ln -s /dev/urandom $T/sp/$f ;;
+      dir) mkdir $T/sp/$f ;; loop) ln -s $f $T/sp/$f ;;
+    esac
+    check "$f as $kind: complete exits 1 naming it" '[ "$(rc_of lim $B complete $T/sp --prompt x --quiet)" = 1 ] && grep -q "$T/sp/$f: " $T/err && ! grep -q "no model.safetensors" $T/err'
+  done
+done
+rm -rf $T/sp; cp -r $M $T/sp; rm $T/sp/tokenizer_config.json; mkfifo $T/sp/tokenizer_config.json
+check "template: tokenizer_config.json as a FIFO" '[ "$(rc_of lim $B template $T/sp --messages $T/msgs.json)" = 1 ] && grep -q "FIFO" $T/err'
+
+# messages and tools must have the shapes a chat template relies on (a runtime error, exit 1)
+echo '{"not": "array"}' > $T/t_obj.json; echo '["x"]' > $T/t_str.json; echo '[]' > $T/t_ok.json
+check "template --tools an object: refused" '[ "$(rc_of $B template $TOK --messages $T/msgs.json --tools $T/t_obj.json)" = 1 ] && grep -q "tools must be an array" $T/err'
+check "template --tools a list of strings: refused" '[ "$(rc_of $B template $TOK --messages $T/msgs.json --tools $T/t_str.json)" = 1 ] && grep -q "tools\[0\] must be an object" $T/err'
+check "template --tools []: fine" '[ "$(rc_of $B template $TOK --messages $T/msgs.json --tools $T/t_ok.json)" = 0 ]'
+i=0
+for m in '{"role": "user"}' '["hi"]' '[{"content": "hi"}]' '[{"role": 3, "content": "hi"}]' \
+         '[{"role": "user", "content": "a"}, null]' '[{"role": "assistant", "tool_calls": {"a": 1}}]'; do
+  i=$((i + 1)); echo "$m" > $T/m$i.json
+  check "template: malformed messages $m refused" '[ "$(rc_of $B template $TOK --messages $T/m$i.json)" = 1 ] && grep -q "$T/m$i.json: messages" $T/err'
+done
+
 # one kind of mistake, one exit code: every engine option value the engine would refuse is a
 # usage error at parse time, in every command that takes engine options
 for bad_opt in "--block-size 17" "--block-size 8" "--block-size 0" "--block-size 512" "--block-size 16x" \
