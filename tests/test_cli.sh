@@ -237,5 +237,20 @@ head -c 1000 $MA/model.safetensors > bad/x/model.safetensors
 check "truncated weights: the folder named once" '[ "$(rc_of $BA complete bad/x --prompt-ids 1 --quiet)" = 1 ] && [ "$(grep -o "bad/x" $T/err | wc -l)" = 1 ]'
 cd $OLDPWD
 
+# bench: every option checked (usage error 2), --help on stdout (exit 0) for every subcommand
+for o in "--bw-gb -1" "--bw-gb nan" "--bw-gb 100000" "--bw-gb 1e999" "--isa foo" "--threads -1" "--threads 100000" \
+         "--batches 0" "--batches 1,,16" "--batches 1,300" "--ctx -5" "--ctx 0" "--steps 0" "--prefill -1" \
+         "--repeat 0" "--kv-cache-dtype fp8" "--frobnicate" "--steps" "bw sampler"; do
+  eval "usage2 $B bench ops $o"
+done
+if ! grep -q avx512f /proc/cpuinfo; then usage2 $B bench ops --isa avx512; fi
+usage2 $B bench tokenize $M --repeat 0
+usage2 $B bench tokenize $M --repeat x
+usage2 $B bench tokenize $M --file
+check "bench tokenize --file a directory: exit 1" '[ "$(rc_of $B bench tokenize $M --file $T/adir)" = 1 ]'
+for sub in "" "ops" "tokenize" "throughput"; do
+  check "bench $sub --help: stdout, exit 0" '$B bench $sub --help 2>$T/err | grep -q usage && [ ! -s $T/err ]'
+done
+
 if [ $fails = 0 ]; then echo "all CLI checks passed"; exit 0; fi
 echo "$fails CLI checks failed"; exit 1
