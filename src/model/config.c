@@ -158,11 +158,9 @@ static int get_eos(json_t *obj, const char *file, int *ids, int *n, int *given) 
 }
 
 static json_t *parse_json(const char *text, const char *file, int *rc) {
-    json_error_t err;
-    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &err);
+    json_t *root = cvllm_json_parse(text, strlen(text), JSON_REJECT_DUPLICATES, file);
     if (!root) {
-        *rc = cvllm_errorf(CVLLM_EFORMAT, "%s: invalid JSON at line %d column %d: %s", file,
-                           err.line, err.column, err.text);
+        *rc = CVLLM_EFORMAT;
         return NULL;
     }
     if (!json_is_object(root)) {
@@ -464,31 +462,33 @@ int config_parse(const char *config_json, const char *generation_json, ModelConf
     return 0;
 }
 
+/* Messages name the file with the folder once: "DIR/config.json: ..." for reading, "DIR: config.json:
+ * field ..." for the contents (a caller that adds the folder again is ignored, see
+ * cvllm_error_wrap). */
 int config_load(const char *model_dir, ModelConfig *cfg) {
     char *path = path_join(model_dir, "config.json");
-    char *text = read_file(path, NULL);
+    char *text = file_read(path, FILE_MAX_CONFIG, NULL);
     if (!text) {
-        int rc = cvllm_errorf(CVLLM_EIO, "%s: cannot read (is %s a Hugging Face model folder?)",
-                              path, model_dir);
+        int rc = CVLLM_EIO; /* file_read's message names the problem, unless the file is absent: */
+        if (path_probe(path) == 0)
+            rc = path_probe(model_dir) == 0
+                     ? cvllm_errorf(CVLLM_EIO, "%s: no such folder", model_dir)
+                     : cvllm_errorf(CVLLM_EIO, "%s: no config.json (is it a Hugging Face model folder?)",
+                                    model_dir);
         free(path);
         return rc;
     }
     free(path);
     char *gpath = path_join(model_dir, "generation_config.json");
     char *gtext = NULL;
-    FILE *probe = fopen(gpath, "rb");
-    if (probe) {
-        fclose(probe);
-        gtext = read_file(gpath, NULL);
-        if (!gtext) {
-            int rc = cvllm_error_wrap(CVLLM_EIO, "%s", model_dir);
-            free(gpath);
-            free(text);
-            return rc;
-        }
-    }
+    int rc = path_probe(gpath); /* optional */
+    if (rc > 0 && !(gtext = file_read(gpath, FILE_MAX_CONFIG, NULL))) rc = CVLLM_EIO;
     free(gpath);
-    int rc = config_parse(text, gtext, cfg);
+    if (rc < 0) {
+        free(text);
+        return rc;
+    }
+    rc = config_parse(text, gtext, cfg);
     if (rc < 0) cvllm_error_wrap(rc, "%s", model_dir);
     free(text);
     free(gtext);
