@@ -73,7 +73,8 @@ set -e
 [ $rc = 2 ] || fail "bad preset: exit $rc, expected 2"
 grep -q "unknown preset 'no-such-preset'" "$T/err" || fail "bad preset message: $(cat "$T/err")"
 [ ! -e "$T/x" ] || fail "bad preset still created the folder"
-for args in "--seed 1 $T/x" "--preset tiny" "--preset tiny --seed abc $T/x" \
+for args in "--seed 1 $T/x" "--preset tiny" "--preset tiny --seed abc $T/x" "--preset tiny --seed -1 $T/x" \
+            "--preset tiny --seed +1 $T/x" "--preset tiny --seed 1e3 $T/x" "--preset tiny --seed 99999999999999999999 $T/x" \
             "--preset tiny --dtype f64 $T/x" "--preset tiny --bogus $T/x"; do
   set +e; "$BIN" mkmodel $args 2> "$T/err" > /dev/null; rc=$?; set -e
   [ $rc = 2 ] || fail "'mkmodel $args': exit $rc, expected 2"

@@ -215,6 +215,8 @@ static void test_bad_headers(void **state) {
     expect_raw("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]", 4,
                CVLLM_EFORMAT, "header is not valid JSON");
     expect_raw("[1, 2, 3]", 0, CVLLM_EFORMAT, "header is not a JSON object");
+    expect_raw("{\"a\": {\"dtype\": \"F32\", \"shape\": [1, 99999999999999999999], \"data_offsets\": [0, 4]}}",
+               4, CVLLM_EFORMAT, "header: shape[1] (99999999999999999999) is out of range");
     expect_raw("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}, "
                "\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}",
                8, CVLLM_EFORMAT, "not valid JSON");

@@ -329,6 +329,8 @@ static void test_load_errors(void **state) {
     expect_load_error("{\"model\": 3}", CVLLM_EFORMAT, "model");
     expect_load_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a b\"]", CVLLM_EFORMAT, "invalid JSON");
     expect_load_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-1},\"merges\":[]}}", CVLLM_EFORMAT, "bad id");
+    expect_load_error("{\"added_tokens\": [{\"id\": 99999999999999999999, \"content\": \"x\"}], \"model\": {}}",
+                      CVLLM_EFORMAT, "tokenizer.json: added_tokens: id (99999999999999999999) is out of range");
     expect_load_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"ab\"]}}", CVLLM_EFORMAT, "no space");
     expect_load_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[[\"a\"]]}}", CVLLM_EFORMAT, "pair");
     char *j = make_json(0, "null", "WordPiece", BL_REGEX, 0);

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "common.h"
 #include "model/config.h"
@@ -476,14 +477,9 @@ int cmd_mkmodel(int argc, char **argv) {
         } else if (!strcmp(a, "--dtype") && has_val) {
             dtype = argv[++i];
         } else if (!strcmp(a, "--seed") && has_val) {
-            char *end;
-            errno = 0;
-            seed = strtoull(argv[++i], &end, 10);
-            if (errno || *end || argv[i][0] == '\0' || argv[i][0] == '-') {
-                fprintf(stderr, "cvllm mkmodel: --seed wants a non-negative integer, got '%s'\n",
-                        argv[i]);
-                return 2;
-            }
+            long long v;
+            if (cli_int(a, argv[++i], 0, INT64_MAX, &v) < 0) return 2; /* plain decimals only */
+            seed = (uint64_t)v;
         } else if (a[0] == '-' && a[1] != '\0') {
             fprintf(stderr, "cvllm mkmodel: unknown or incomplete option '%s'\n", a);
             usage(stderr);

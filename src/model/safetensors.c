@@ -111,6 +111,12 @@ static int parse_image(SafeTensors *st, const uint8_t *buf, size_t len, const ch
 
     json_error_t jerr;
     json_t *root = json_loadb((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root && json_error_code(&jerr) == json_error_numeric_overflow) { /* name the field */
+        char what[4200];
+        snprintf(what, sizeof what, "%s: header", label);
+        json_decref(cvllm_json_parse((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, what));
+        return CVLLM_EFORMAT;
+    }
     if (!root)
         return cvllm_errorf(CVLLM_EFORMAT, "%s: header is not valid JSON (column %d: %s)", label,
                             jerr.column, jerr.text);
