@@ -21,40 +21,11 @@
 #include "cli/commands.h"
 #include "common.h"
 #include "model/config.h"
+#include "model/presets.h"
 #include "model/safetensors.h"
 
-typedef struct {
-    const char *name, *what;
-    ModelArch arch;
-    int vocab, hidden, inter, layers, heads, kv_heads, head_dim;
-    double eps, theta;
-    int max_pos, tie, attention_bias;
-    DType dtype;
-    int bos, eos;                /* config.json */
-    int gen_eos[CONFIG_MAX_EOS]; /* generation_config.json */
-    int n_gen_eos;
-    RopeType rope;               /* llama3: factor 8, low 1, high 4, original max below */
-    int rope_original_max;
-} Preset;
+typedef ModelPreset Preset; /* the one table: src/model/presets.c */
 
-static const Preset PRESETS[] = {
-    {"qwen3-0.6b", "exactly Qwen/Qwen3-0.6B's shapes (~1.2 GB)", ARCH_QWEN3, 151936, 1024, 3072,
-     28, 16, 8, 128, 1e-6, 1000000, 40960, 1, 0, DTYPE_BF16, 151643, 151645, {151645, 151643}, 2,
-     ROPE_DEFAULT, 0},
-    {"tiny", "Qwen3, Qwen3 vocab, hidden 64, 2 layers (~20 MB)", ARCH_QWEN3, 151936, 64, 128, 2,
-     4, 2, 32, 1e-6, 1000000, 40960, 1, 0, DTYPE_BF16, 151643, 151645, {151645, 151643}, 2,
-     ROPE_DEFAULT, 0},
-    {"test-qwen3", "Qwen3, vocab 512, head_dim 24, untied, f32", ARCH_QWEN3, 512, 64, 128, 2, 4,
-     2, 24, 1e-6, 1000000, 4096, 0, 0, DTYPE_F32, 1, 2, {2}, 1, ROPE_DEFAULT, 0},
-    {"test-qwen2", "Qwen2, vocab 512, q/k/v bias, MQA (1 kv head), tied, f32", ARCH_QWEN2, 512, 64,
-     160, 2, 4, 1, 16, 1e-6, 10000, 4096, 1, 1, DTYPE_F32, 1, 2, {2, 3}, 2, ROPE_DEFAULT, 0},
-    {"test-llama", "Llama, vocab 512, llama3 rope, untied, f16", ARCH_LLAMA, 512, 64, 128, 2, 4, 2,
-     16, 1e-5, 500000, 2048, 0, 0, DTYPE_F16, 1, 2, {2}, 1, ROPE_LLAMA3, 256},
-};
-#define NUM_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
-
-static const char *ARCH_NAMES[] = {"Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM"};
-static const char *MODEL_TYPES[] = {"qwen3", "qwen2", "llama"};
 static const char *TORCH_DTYPES[] = {"float32", "float16", "bfloat16"};
 
 /* ---- random numbers --------------------------------------------------------------------------- */
@@ -191,8 +162,8 @@ static json_t *rope_dict(const Preset *p, int with_theta) {
 
 static json_t *config_json(const Preset *p, DType dt) {
     json_t *c = json_object();
-    json_object_set_new(c, "architectures", json_pack("[s]", ARCH_NAMES[p->arch]));
-    json_object_set_new(c, "model_type", json_string(MODEL_TYPES[p->arch]));
+    json_object_set_new(c, "architectures", json_pack("[s]", model_arch_class(p->arch)));
+    json_object_set_new(c, "model_type", json_string(model_arch_type(p->arch)));
     json_object_set_new(c, "attention_dropout", json_real(0.0));
     json_object_set_new(c, "bos_token_id", json_integer(p->bos));
     json_object_set_new(c, "eos_token_id", json_integer(p->eos));
@@ -393,8 +364,9 @@ static void usage(FILE *f) {
     fprintf(f, "usage: cvllm mkmodel --preset NAME [--seed N] [--tokenizer DIR] "
                "[--dtype bf16|f16|f32] OUT_DIR\n\n"
                "Writes a Hugging Face model folder with seeded random weights.\n\npresets:\n");
-    for (int i = 0; i < NUM_PRESETS; i++)
-        fprintf(f, "  %-11s %s\n", PRESETS[i].name, PRESETS[i].what);
+    int np;
+    const ModelPreset *presets = model_presets(&np);
+    for (int i = 0; i < np; i++) fprintf(f, "  %-11s %s\n", presets[i].name, presets[i].what);
 }
 
 /* Writes the model into dir (a new, empty folder); describes it in summary. */
@@ -456,7 +428,7 @@ static int make_model_folder(const Preset *p, DType dt, uint64_t seed, const cha
     if (tmp && (rc < 0 || out_exists)) remove_tree(tmp); /* on success: already renamed or emptied */
     free(tmp);
     if (rc == 0)
-        printf("wrote %s (preset %s, %s, seed %llu)\n%s", out, p->name, ARCH_NAMES[p->arch],
+        printf("wrote %s (preset %s, %s, seed %llu)\n%s", out, p->name, model_arch_class(p->arch),
                (unsigned long long)seed, summary);
     return rc;
 }
@@ -496,9 +468,7 @@ int cmd_mkmodel(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    const Preset *p = NULL;
-    for (int i = 0; i < NUM_PRESETS; i++)
-        if (!strcmp(preset, PRESETS[i].name)) p = &PRESETS[i];
+    const Preset *p = model_preset_find(preset);
     if (!p) {
         fprintf(stderr, "cvllm mkmodel: unknown preset '%s'\n", preset);
         usage(stderr);

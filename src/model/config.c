@@ -7,6 +7,7 @@
  * implement (sliding window, yarn, mlp_bias, a non-silu activation) is refused by name rather
  * than silently ignored. Every message names the file and the field. */
 #include "model/config.h"
+#include "model/presets.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -174,14 +175,14 @@ static json_t *parse_json(const char *text, const char *file, int *rc) {
 
 /* ---- architecture and rope ---------------------------------------------------------------- */
 
+/* indexed by ModelArch; the names come from the one table in presets.c */
 static const struct {
-    const char *name, *model_type;
     ModelArch arch;
     int max_pos_default;
 } ARCHS[] = {
-    {"Qwen3ForCausalLM", "qwen3", ARCH_QWEN3, 32768},
-    {"Qwen2ForCausalLM", "qwen2", ARCH_QWEN2, 32768},
-    {"LlamaForCausalLM", "llama", ARCH_LLAMA, 2048},
+    {ARCH_QWEN3, 32768},
+    {ARCH_QWEN2, 32768},
+    {ARCH_LLAMA, 2048},
 };
 #define NUM_ARCHS ((int)(sizeof ARCHS / sizeof ARCHS[0]))
 
@@ -193,7 +194,7 @@ static int parse_arch(json_t *root, const char *file, int *which) {
         if (rc < 0) return rc;
         if (!mt) return cvllm_errorf(CVLLM_EFORMAT, "%s: missing field architectures", file);
         for (int i = 0; i < NUM_ARCHS; i++)
-            if (!strcmp(mt, ARCHS[i].model_type)) return *which = i, 0;
+            if (!strcmp(mt, model_arch_type(ARCHS[i].arch))) return *which = i, 0;
         return cvllm_errorf(CVLLM_EUNSUPPORTED,
                             "%s: model_type '%s' is not supported (qwen3, qwen2, llama)", file, mt);
     }
@@ -202,7 +203,7 @@ static int parse_arch(json_t *root, const char *file, int *which) {
                             file);
     const char *name = json_string_value(json_array_get(a, 0));
     for (int i = 0; i < NUM_ARCHS; i++)
-        if (!strcmp(name, ARCHS[i].name)) return *which = i, 0;
+        if (!strcmp(name, model_arch_class(ARCHS[i].arch))) return *which = i, 0;
     return cvllm_errorf(CVLLM_EUNSUPPORTED,
                         "%s: architecture '%s' is not supported (Qwen3ForCausalLM, "
                         "Qwen2ForCausalLM, LlamaForCausalLM)",
@@ -316,7 +317,7 @@ static int parse_config(json_t *root, ModelConfig *c) {
     memset(c, 0, sizeof *c);
     if ((rc = parse_arch(root, F, &ai)) < 0) return rc;
     c->arch = ARCHS[ai].arch;
-    c->arch_name = ARCHS[ai].name;
+    c->arch_name = model_arch_class(ARCHS[ai].arch);
 
     if ((rc = get_int(root, F, "vocab_size", 1, 0, &c->vocab_size)) < 0 ||
         (rc = get_int(root, F, "hidden_size", 1, 0, &c->hidden_size)) < 0 ||
