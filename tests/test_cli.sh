@@ -12,7 +12,7 @@ bad() { echo "FAIL $1"; fails=$((fails + 1)); }
 check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 json() { python3 -c "import json,sys; d=json.load(open('$1')); sys.exit(0 if ($2) else 1)"; }
 
-check "--version names the backends" '$B --version | grep -q "backends: cpu"'
+check "--version names the backends" '$B --version | grep -qE "backends: (cuda,)?cpu"'
 check "unknown command exits 2" '$B frobnicate >/dev/null 2>&1; [ $? = 2 ]'
 check "complete without prompt exits 2" '$B complete $M >/dev/null 2>&1; [ $? = 2 ]'
 check "bad --temperature exits 2" '$B complete $M --prompt x --temperature abc >/dev/null 2>&1; [ $? = 2 ]'
@@ -87,7 +87,11 @@ echo '{' > $T/m/config.json
 $B complete $T/m --prompt-ids 1,2 --quiet > /dev/null 2>$T/e5; rc=$?
 check "malformed config.json" '[ $rc = 1 ] && grep -q "config.json" $T/e5'
 check "missing folder" '$B complete $T/none --prompt-ids 1 --quiet >/dev/null 2>&1; [ $? = 1 ]'
-check "--device cuda without CUDA" '$B complete $M --prompt-ids 1 --device cuda --quiet 2>&1 | grep -q "without the CUDA backend"'
+if $B --version | grep -q "backends: cuda"; then # a CUDA build: no GPU here is a clear error
+  check "--device cuda without a GPU" '$B complete $M --prompt-ids 1 --device cuda --quiet >/dev/null 2>$T/e6; [ $? = 0 ] || grep -q "no CUDA GPU present" $T/e6'
+else
+  check "--device cuda without CUDA" '$B complete $M --prompt-ids 1 --device cuda --quiet 2>&1 | grep -q "without the CUDA backend"'
+fi
 
 # chat through a pipe: one reply per line
 printf 'hello\nhow are you\n' | $B chat $M --max-tokens 8 --temperature 0 > $T/chat.txt 2>&1
