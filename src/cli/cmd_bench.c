@@ -16,6 +16,7 @@ static const char USAGE[] =
     "usage: cvllm bench throughput MODEL_DIR [options] [engine options]\n"
     "       cvllm bench tokenize MODEL_DIR [--file F] [--repeat N]\n"
     "       cvllm bench ops [options]      CPU kernels and memory bandwidth\n"
+    "       cvllm bench serve --base-url URL [options]   load generator for an OpenAI server\n"
     "throughput options:\n"
     "  --num-seqs N (256)  --max-input-len N (1024)  --max-output-len N (1024)\n"
     "  --input-len N --output-len M   fixed lengths instead (as vLLM's benchmark)\n"
@@ -214,6 +215,7 @@ int cmd_bench(int argc, char **argv) {
     if (!strcmp(argv[1], "throughput")) return bench_throughput(argc - 1, argv + 1);
     if (!strcmp(argv[1], "tokenize")) return bench_tokenize(argc - 1, argv + 1);
     if (!strcmp(argv[1], "ops")) return bench_ops(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "serve")) return bench_serve(argc - 1, argv + 1);
     fprintf(stderr, "cvllm bench: unknown benchmark '%s'\n\n%s", argv[1], USAGE);
     return 2;
 }

@@ -10,8 +10,10 @@ int cmd_mkmodel(int argc, char **argv);    /* cmd_mkmodel.c */
 int cmd_tokenize(int argc, char **argv);   /* cmd_tokenize.c */
 int cmd_detokenize(int argc, char **argv); /* cmd_tokenize.c */
 int cmd_template(int argc, char **argv);   /* cmd_template.c */
+int cmd_serve(int argc, char **argv);      /* cmd_serve.c */
 
 /* `cvllm bench` sub-benchmarks (argv[0] = the benchmark's name). */
 int bench_tokenize(int argc, char **argv); /* bench_tokenize.c */
+int bench_serve(int argc, char **argv);    /* bench_serve.c */
 
 #endif

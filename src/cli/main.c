@@ -12,7 +12,8 @@ static const struct {
 } COMMANDS[] = {
     {"complete", cmd_complete, "generate completions for prompts (ids or text)"},
     {"chat", cmd_chat, "interactive chat with the model's chat template"},
-    {"bench", cmd_bench, "benchmarks: bench throughput MODEL_DIR"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server (completions, chat, streaming, metrics)"},
+    {"bench", cmd_bench, "benchmarks: bench throughput MODEL_DIR, bench serve --base-url URL"},
     {"mkmodel", cmd_mkmodel, "write a seeded random-weight model folder"},
     {"tokenize", cmd_tokenize, "text -> token ids"},
     {"detokenize", cmd_detokenize, "token ids -> text"},

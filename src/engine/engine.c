@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <utf8proc.h>
 
 #include "backend/backend.h"
@@ -154,11 +155,13 @@ int cvllm_engine_create(const char *model_dir, const CvllmEngineOptions *opts, C
     rc = weights_load(model_dir, &e->cfg, &e->weights);
     if (rc < 0) goto fail;
     if (o.load_tokenizer) {
+        /* anything named tokenizer.json (a FIFO, a broken link too) goes to the loader, whose
+         * error names it; only its absence means "no tokenizer" */
         char *tj = path_join(model_dir, "tokenizer.json");
-        FILE *f = fopen(tj, "r");
+        struct stat st;
+        int present = lstat(tj, &st) == 0;
         free(tj);
-        if (f) {
-            fclose(f);
+        if (present) {
             rc = tokenizer_load(model_dir, &e->tok);
             if (rc < 0) goto fail;
         }
