@@ -18,7 +18,6 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <utf8proc.h>
 
 #include "backend/backend.h"
 #include "common.h"
@@ -301,19 +300,6 @@ void cvllm_engine_destroy(CvllmEngine *e) {
 /* ---------------------------------------------------------------------------------------------
  * Submit (any thread) */
 
-static int valid_utf8(const char *s) {
-    const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)s;
-    utf8proc_ssize_t len = (utf8proc_ssize_t)strlen(s);
-    while (len > 0) {
-        utf8proc_int32_t c;
-        utf8proc_ssize_t k = utf8proc_iterate(p, len, &c);
-        if (k <= 0) return 0;
-        p += k;
-        len -= k;
-    }
-    return 1;
-}
-
 /* Everything about a request that can be wrong, checked before anything is queued. */
 static int validate_request(const CvllmEngine *e, const int32_t *prompt, int n,
                             const CvllmSamplingParams *p, int *max_tokens) {
@@ -373,7 +359,7 @@ static int validate_request(const CvllmEngine *e, const int32_t *prompt, int n,
     for (int i = 0; i < p->num_stop; i++) {
         if (!p->stop[i] || !p->stop[i][0])
             return cvllm_errorf(CVLLM_EINVAL, "stop string %d is empty", i);
-        if (!valid_utf8(p->stop[i]))
+        if (!utf8_valid(p->stop[i], strlen(p->stop[i])))
             return cvllm_errorf(CVLLM_EINVAL, "stop string %d is not valid UTF-8", i);
     }
     return 0;

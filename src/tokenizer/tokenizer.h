@@ -46,6 +46,9 @@ char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n, int skip_s
 char *tokenizer_decode_len(const Tokenizer *t, const int32_t *ids, int n, int skip_special,
                            size_t *out_len);
 
+/* 1 if s[0..len) is valid UTF-8 (no overlongs, surrogates or code points past U+10FFFF): the one
+ * check every input path uses (engine stop strings, CLI options, the server's request bodies). */
+int utf8_valid(const char *s, size_t len);
 int tokenizer_vocab_size(const Tokenizer *t);      /* highest id + 1, added tokens included */
 const char *tokenizer_id_to_token(const Tokenizer *t, int32_t id); /* raw token string or NULL */
 int32_t tokenizer_token_to_id(const Tokenizer *t, const char *token); /* -1 if absent */
