@@ -100,6 +100,7 @@ struct CvllmEngine {
     int shutdown, shutdown_drain;
     CvllmStats stats;       /* snapshot */
     int64_t *owners;        /* [num_blocks] block-pool snapshot, once asked for */
+    int64_t *owners_next;   /* engine thread: the next snapshot, built outside the lock */
     int want_owners, owners_stale;
     int64_t next_id, requests_added;
     uint64_t seed_counter;  /* seeds unseeded requests */
@@ -286,6 +287,7 @@ void cvllm_engine_destroy(CvllmEngine *e) {
     free(e->changed);
     free(e->sampled);
     free(e->owners);
+    free(e->owners_next);
     model_runner_destroy(e->runner);
     scheduler_destroy(e->sched);
     block_manager_destroy(e->bm);
@@ -602,7 +604,8 @@ static void publish(CvllmEngine *e) {
     int64_t *owners = NULL;
     if (want) { /* the live view: who holds each block */
         s.kv_blocks_cached = block_manager_num_cached_free(e->bm);
-        owners = xmalloc((size_t)e->num_blocks * sizeof(int64_t));
+        if (!e->owners_next) e->owners_next = xmalloc((size_t)e->num_blocks * sizeof(int64_t));
+        owners = e->owners_next;
         for (int b = 0; b < e->num_blocks; b++) {
             uint64_t h;
             owners[b] = block_manager_ref_count(e->bm, b) == 0
@@ -617,8 +620,8 @@ static void publish(CvllmEngine *e) {
     }
     pthread_mutex_lock(&e->mu);
     e->stats = s;
-    if (owners) {
-        free(e->owners);
+    if (owners) { /* swap: the reader's copy and the one built next */
+        e->owners_next = e->owners;
         e->owners = owners;
     }
     pthread_mutex_unlock(&e->mu);
