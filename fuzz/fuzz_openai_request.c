@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "server/openai_request.h"
+#include "tokenizer/tokenizer.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_parser.h"
 
@@ -22,7 +23,7 @@ static void check_request(const OaiRequest *r) {
             const OaiPrompt *p = &r->prompts[i];
             if (!p->text == !p->ids) __builtin_trap();
             if (p->ids && p->num_ids < 1) __builtin_trap();
-            if (p->text && !oai_utf8_valid(p->text, p->len)) __builtin_trap();
+            if (p->text && !utf8_valid(p->text, p->len)) __builtin_trap();
         }
     } else {
         if (!json_is_array(r->messages) || json_array_size(r->messages) < 1) __builtin_trap();

@@ -163,6 +163,11 @@ check() {
     MISSING="$MISSING node"
   fi
   have npm || MISSING="$MISSING npm"
+  # headless Chromium for the server's live-view test (skipped without it); Debian's package
+  # only: Ubuntu's chromium is a snap, which containers cannot run
+  if [ $MODE != fuzz ] && [ "$FAMILY" = debian ] && ! have chromium; then
+    MISSING="$MISSING chromium"
+  fi
   if [ $MODE = fuzz ]; then
     if have clang; then
       fuzz_runtime_found || MISSING="$MISSING fuzzrt:$(clang_major)"
@@ -189,6 +194,7 @@ describe() {
     node-old) echo "Node.js 18 or newer (node; found v$NODE_V)" ;;
     npm) echo "npm" ;;
     clang) echo "clang" ;;
+    chromium) echo "Chromium (headless, for the server's live-view test)" ;;
     fuzzrt:*) echo "clang's libFuzzer runtime, libclang_rt.fuzzer (Debian/Ubuntu: libclang-rt-<clang major>-dev)" ;;
     *) echo "$1" ;;
   esac
@@ -222,7 +228,7 @@ plan() {
       lib:cmocka) add libcmocka-dev ;;
       lib:libcurl) add libcurl4-openssl-dev ;;
       cc) add gcc ;;
-      pkg-config | cmake | make | python3 | clang) add "$it" ;;
+      pkg-config | cmake | make | python3 | clang | chromium) add "$it" ;;
       node)
         if distro_node_ok; then
           add nodejs

@@ -233,6 +233,34 @@ static void test_variables_from_json(void **state) {
     chat_template_free(NULL);
 }
 
+/* The shapes every template relies on, checked before a render, each refusal naming the element. */
+static void check_inputs(const char *messages, const char *tools, const char *want) {
+    json_t *m = json_loads(messages, JSON_DECODE_ANY, NULL), *t = tools ? json_loads(tools, JSON_DECODE_ANY, NULL) : NULL;
+    assert_non_null(m);
+    int rc = chat_template_check_inputs(m, t);
+    if (want ? rc != CVLLM_EINVAL || !strstr(cvllm_last_error(), want) : rc != 0)
+        fail_msg("%s / %s: rc %d, %s (expected %s)", messages, tools ? tools : "-", rc,
+                 rc ? cvllm_last_error() : "", want ? want : "success");
+    json_decref(m);
+    json_decref(t);
+}
+
+static void test_check_inputs(void **state) {
+    (void)state;
+    check_inputs("[]", NULL, NULL);
+    check_inputs("[{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": null, "
+                 "\"tool_calls\": [{\"function\": {\"name\": \"f\"}}]}, {\"role\": \"ipython\", \"content\": "
+                 "{\"ok\": true}}, {\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"x\"}]}]",
+                 "[{\"type\": \"function\"}]", NULL);
+    check_inputs("{\"role\": \"user\"}", NULL, "messages must be an array of messages, got an object");
+    check_inputs("[\"hi\"]", NULL, "messages[0] must be an object, got a string");
+    check_inputs("[{\"role\": \"user\"}, {\"content\": \"x\"}]", NULL, "messages[1]: \"role\" must be a string, got none");
+    check_inputs("[{\"role\": 3}]", NULL, "messages[0]: \"role\" must be a string, got a number");
+    check_inputs("[{\"role\": \"a\", \"tool_calls\": {}}]", NULL, "messages[0]: \"tool_calls\" must be an array");
+    check_inputs("[]", "{\"not\": \"array\"}", "tools must be an array of tool definitions, got an object");
+    check_inputs("[]", "[{}, 1]", "tools[1] must be an object, got a number");
+}
+
 static void test_llama3_style_template_compiles(void **state) {
     (void)state;
     size_t n;
@@ -269,6 +297,7 @@ int main(void) {
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_variables_from_json),
         cmocka_unit_test(test_llama3_style_template_compiles),
+        cmocka_unit_test(test_check_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -382,6 +383,83 @@ static void test_load(void **state) {
     remove_dir(dir);
 }
 
+static void on_alarm(int sig) {
+    (void)sig;
+    static const char msg[] = "test_config: config_load blocked on a special file\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(1);
+}
+
+static int count(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p++) n++;
+    return n;
+}
+
+/* config_load(dir) fails at once with code and a message that names dir exactly once. */
+static void expect_load_error(const char *dir, int code, const char *needle) {
+    ModelConfig c;
+    alarm(10);
+    int rc = config_load(dir, &c);
+    alarm(0);
+    if (rc != code || !strstr(cvllm_last_error(), needle) || count(cvllm_last_error(), dir) != 1)
+        fail_msg("expected %d containing \"%s\" and %s once, got %d: %s", code, needle, dir, rc,
+                 cvllm_last_error());
+}
+
+/* config.json and generation_config.json as special files, over their cap, or with a number
+ * out of range: an error at once, naming the file (and the folder once). */
+static void test_load_files(void **state) {
+    (void)state;
+    signal(SIGALRM, on_alarm);
+    char *dir = make_dir(), *cfg = path_join(dir, "config.json"),
+         *gen = path_join(dir, "generation_config.json");
+    const char *files[] = {cfg, gen};
+    write_text(dir, "config.json", QWEN3_4X);
+    for (int i = 0; i < 2; i++) {
+        const char *p = files[i];
+        unlink(p);
+        assert_int_equal(mkfifo(p, 0644), 0);
+        expect_load_error(dir, CVLLM_EIO, "a FIFO (named pipe), not a regular file");
+        unlink(p);
+        assert_int_equal(symlink("/dev/zero", p), 0);
+        expect_load_error(dir, CVLLM_EIO, "a character device, not a regular file");
+        unlink(p);
+        assert_int_equal(symlink("/dev/urandom", p), 0);
+        expect_load_error(dir, CVLLM_EIO, "a character device, not a regular file");
+        unlink(p);
+        assert_int_equal(symlink(p, p), 0);
+        expect_load_error(dir, CVLLM_EIO, "symbolic links");
+        unlink(p);
+        assert_int_equal(symlink("../blobs/x", p), 0);
+        expect_load_error(dir, CVLLM_EIO, "a symbolic link to a missing file");
+        unlink(p);
+        assert_int_equal(mkdir(p, 0755), 0);
+        expect_load_error(dir, CVLLM_EIO, "a directory, not a regular file");
+        rmdir(p);
+        FILE *f = fopen(p, "wb"); /* sparse, 5 MiB: over the 4 MiB cap */
+        assert_non_null(f);
+        assert_int_equal(ftruncate(fileno(f), (off_t)5 << 20), 0);
+        fclose(f);
+        expect_load_error(dir, CVLLM_EIO, "too large");
+        unlink(p);
+        write_text(dir, "config.json", QWEN3_4X);
+    }
+    /* valid JSON, a number too large for any field: the field is named */
+    write_text(dir, "generation_config.json", "{\"eos_token_id\": [151645, 1000000000000000000000]}");
+    expect_load_error(dir, CVLLM_EFORMAT,
+                      "generation_config.json: eos_token_id[1] (1000000000000000000000) is out of range");
+    unlink(gen);
+    write_text(dir, "config.json", "{\"architectures\": [\"Qwen3ForCausalLM\"], \"vocab_size\": "
+                                   "99999999999999999999999}");
+    expect_load_error(dir, CVLLM_EFORMAT, "config.json: vocab_size (99999999999999999999999) is out of range");
+    expect_load_error("/nonexistent/model", CVLLM_EIO, "no such folder");
+    unlink(cfg);
+    expect_load_error(dir, CVLLM_EIO, "no config.json");
+    free(cfg), free(gen);
+    remove_dir(dir);
+}
+
 static void test_dtype_helpers(void **state) {
     (void)state;
     assert_int_equal(dtype_size(DTYPE_F32), 4);
@@ -396,6 +474,7 @@ int main(void) {
         cmocka_unit_test(test_llama_rope),     cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_generation_eos), cmocka_unit_test(test_errors),
         cmocka_unit_test(test_load),           cmocka_unit_test(test_dtype_helpers),
+        cmocka_unit_test(test_load_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -48,6 +48,7 @@ new() {
   mkdir -p "$B/bin" "$B/pc" "$B/rt"
   : > "$B/log"
   fake id "echo ${2:-0}"
+  fake chromium 'exit 0' # present unless a case removes it
   fake pkg-config-real "[ \"\$1\" = --exists ] || exit 1; shift; for m; do [ -e $B/pc/\$m ] || exit 1; done"
   # clang, once "installed": its version from clangver, its runtime found only if rt/ has it
   fake clang-real "read v < $B/clangver
@@ -113,6 +114,12 @@ new debian12 && base && with_clang 14 && runtime
 dry --fuzz && check "all present (fuzz, clang 14 + runtime): plan is empty" 'has "install: (none)" && [ $RC = 0 ]'
 new debian12 && base
 dry && check "make deps needs no clang" 'has "install: (none)" && [ $RC = 0 ]'
+
+# headless Chromium (the server's live-view test): asked for on Debian only (Ubuntu's is a snap)
+new debian12 && base && rm "$B/bin/chromium"
+dry && check "Debian 12 without chromium: chromium" 'has "install: chromium" && [ $RC = 0 ]'
+new ubuntu2404 && base && rm "$B/bin/chromium"
+dry && check "Ubuntu 24.04 without chromium: not asked" 'has "install: (none)" && [ $RC = 0 ]'
 
 # 2. the issue's machine: Debian 12, NodeSource node 20 + npm, the libraries missing
 new debian12 && base && rm "$B"/pc/* && node_v 20.11.1

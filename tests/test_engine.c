@@ -251,6 +251,43 @@ static void test_stop_token_ids(void **state) {
     cvllm_engine_destroy(e);
 }
 
+/* A burst of requests with one system prompt, scheduled in one step: the first computes the
+ * common 480-token prefix, the six others find its blocks in that same step, and every output is
+ * the same as with prefix caching off. */
+static void test_burst_shares_prefix_in_one_step(void **state) {
+    (void)state;
+    int saved = g_max_model_len;
+    g_max_model_len = 512;
+    int32_t p[7][490];
+    uint32_t x = 99;
+    for (int k = 0; k < 480; k++) {
+        x = x * 1103515245u + 12345u;
+        for (int i = 0; i < 7; i++) p[i][k] = (int32_t)((x >> 8) % 500);
+    }
+    for (int i = 0; i < 7; i++)
+        for (int k = 480; k < 490; k++) p[i][k] = (int32_t)((k * 31 + i * 7) % 500);
+    const int32_t *ptrs[7];
+    int lens[7];
+    CvllmSamplingParams ps[7];
+    for (int i = 0; i < 7; i++) ptrs[i] = p[i], lens[i] = 490, ps[i] = greedy(6);
+    CvllmOutput on[7], off[7];
+    CvllmEngine *e = engine(0, 0, 1, 0);
+    assert_int_equal(cvllm_generate(e, 7, ptrs, lens, ps, on), 0);
+    CvllmStats st;
+    cvllm_engine_get_stats(e, &st);
+    cvllm_engine_destroy(e);
+    e = engine(0, 0, 0, 0);
+    assert_int_equal(cvllm_generate(e, 7, ptrs, lens, ps, off), 0);
+    cvllm_engine_destroy(e);
+    assert_int_equal(on[0].num_cached_tokens, 0);
+    for (int i = 1; i < 7; i++) assert_int_equal(on[i].num_cached_tokens, 480);
+    assert_int_equal(st.prefix_cache_hits, 6 * 480);
+    assert_same_tokens(on, off, 7);
+    free_outs(on, 7);
+    free_outs(off, 7);
+    g_max_model_len = saved;
+}
+
 static void test_bad_requests_refused_alone(void **state) {
     (void)state;
     CvllmEngine *e = engine(0, 64 * 12288, 1, 0); /* 64 blocks = 1024 tokens */
@@ -339,6 +376,7 @@ int main(void) {
         cmocka_unit_test(test_prefix_caching_on_off),
         cmocka_unit_test(test_seeded_sampling_independent_of_batch),
         cmocka_unit_test(test_stop_token_ids),
+        cmocka_unit_test(test_burst_shares_prefix_in_one_step),
         cmocka_unit_test(test_bad_requests_refused_alone),
         cmocka_unit_test(test_kv_budget_too_small),
         cmocka_unit_test(test_create_errors),

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_mkmodel.sh: `cvllm mkmodel` writes deterministic Hugging Face folders: same seed -> same
 # bytes, another seed -> other weights, the tiny preset is ~20 MB, tokenizer files are copied,
-# usage errors exit 2 with a message. Run by ctest with CVLLM_BIN set.
+# usage errors exit 2 with a message, runtime errors (a bad --tokenizer, a missing parent folder)
+# exit 1 before anything is written and leave nothing behind. Run by ctest with CVLLM_BIN set.
 set -euo pipefail
 BIN=${CVLLM_BIN:?CVLLM_BIN must point at the cvllm binary}
 T=$(mktemp -d /tmp/cvllm_test_mkmodel.XXXXXX)
@@ -72,7 +73,8 @@ set -e
 [ $rc = 2 ] || fail "bad preset: exit $rc, expected 2"
 grep -q "unknown preset 'no-such-preset'" "$T/err" || fail "bad preset message: $(cat "$T/err")"
 [ ! -e "$T/x" ] || fail "bad preset still created the folder"
-for args in "--seed 1 $T/x" "--preset tiny" "--preset tiny --seed abc $T/x" \
+for args in "--seed 1 $T/x" "--preset tiny" "--preset tiny --seed abc $T/x" "--preset tiny --seed -1 $T/x" \
+            "--preset tiny --seed +1 $T/x" "--preset tiny --seed 1e3 $T/x" "--preset tiny --seed 99999999999999999999 $T/x" \
             "--preset tiny --dtype f64 $T/x" "--preset tiny --bogus $T/x"; do
   set +e; "$BIN" mkmodel $args 2> "$T/err" > /dev/null; rc=$?; set -e
   [ $rc = 2 ] || fail "'mkmodel $args': exit $rc, expected 2"
@@ -82,5 +84,41 @@ done
 set +e; "$BIN" mkmodel --preset test-qwen3 --tokenizer "$T" "$T/y" 2> "$T/err" > /dev/null; rc=$?; set -e
 [ $rc = 1 ] || fail "bad --tokenizer: exit $rc, expected 1"
 grep -q "tokenizer.json" "$T/err" || fail "bad --tokenizer message: $(cat "$T/err")"
+# runtime errors are found before anything is written: no OUT_DIR, no parent made, no temporary
+# folder left behind (the model is written beside OUT_DIR and moved into place at the end)
+mkdir -p "$T/p"
+leftovers() { ls -A "$T/p" | grep -q '\.tmp-' && fail "a temporary folder was left in $T/p: $(ls -A "$T/p")"; true; }
+mk_fails() { # expected message, then mkmodel arguments
+  local want=$1; shift
+  set +e; timeout 20 "$BIN" mkmodel --preset test-qwen3 "$@" > "$T/out" 2> "$T/err"; local rc=$?; set -e
+  [ $rc = 1 ] || fail "'mkmodel $*': exit $rc, expected 1"
+  grep -q "$want" "$T/err" || fail "'mkmodel $*': message $(cat "$T/err"), expected $want"
+  [ ! -s "$T/out" ] || fail "'mkmodel $*' printed a summary: $(cat "$T/out")"
+  leftovers
+}
+mk_fails "/nonexistent/tokenizer.json: No such file" --tokenizer /nonexistent "$T/p/x"
+[ ! -e "$T/p/x" ] || fail "--tokenizer /nonexistent still wrote $T/p/x"
+mk_fails "parent folder $T/p/no/such does not exist" "$T/p/no/such/x"
+[ ! -e "$T/p/no" ] || fail "mkmodel created missing parent folders"
+echo "a file" > "$T/p/file"
+mk_fails "exists and is not a folder" "$T/p/file"
+[ "$(cat "$T/p/file")" = "a file" ] || fail "mkmodel overwrote a file"
+mk_fails "$T/p/file is not a folder" "$T/p/file/x"
+mkdir -p "$T/tk"; mkfifo "$T/tk/tokenizer.json"
+mk_fails "tokenizer.json: a FIFO" --tokenizer "$T/tk" "$T/p/x"
+rm "$T/tk/tokenizer.json"; cp "$T/a/config.json" "$T/tk/tokenizer.json"; ln -s /dev/zero "$T/tk/tokenizer_config.json"
+mk_fails "tokenizer_config.json: a character device" --tokenizer "$T/tk" "$T/p/x"
+rm "$T/tk/tokenizer_config.json"; mkdir "$T/tk/chat_template.jinja"
+mk_fails "chat_template.jinja: a directory" --tokenizer "$T/tk" "$T/p/x"
+[ ! -e "$T/p/x" ] || fail "a failed mkmodel left $T/p/x"
+# into an existing folder: its model files replaced, its other files kept
+mkdir -p "$T/p/keep"; echo notes > "$T/p/keep/README.md"; echo old > "$T/p/keep/config.json"
+"$BIN" mkmodel --preset test-qwen3 --seed 1 "$T/p/keep/" > /dev/null
+cmp -s "$T/a/config.json" "$T/p/keep/config.json" || fail "existing folder: config.json not replaced"
+cmp -s "$T/a/model.safetensors" "$T/p/keep/model.safetensors" || fail "existing folder: weights differ"
+[ "$(cat "$T/p/keep/README.md")" = notes ] || fail "existing folder: other files lost"
+leftovers
+[ "$(stat -c %a "$T/a")" = "$(printf %o $((0755 & ~0$(umask))))" ] || fail "OUT_DIR mode $(stat -c %a "$T/a"), not 0755 less the umask"
+
 "$BIN" mkmodel --help | grep -q "qwen3-0.6b" || fail "--help does not list presets"
 echo "test_mkmodel: ok"

@@ -1,6 +1,6 @@
 /* test_safetensors.c: .safetensors write -> read round trip, every malformed-header refusal (a
- * negative code and a message naming the file/tensor, never a crash), and sharded folders with
- * model.safetensors.index.json. */
+ * negative code and a message naming the file/tensor, never a crash), sharded folders with
+ * model.safetensors.index.json, and special files (FIFOs, devices, symlink loops) in their place. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -193,7 +194,8 @@ static void test_truncated(void **state) {
     assert_int_equal(truncate(p, 0), 0);
     ASSERT_ERR(safetensors_open_file(p, &st), CVLLM_EFORMAT, "too short");
     ASSERT_ERR(safetensors_open_buffer(NULL, 0, &st), CVLLM_EFORMAT, "too short");
-    ASSERT_ERR(safetensors_open_file("/nonexistent.safetensors", &st), CVLLM_EIO, "cannot open");
+    ASSERT_ERR(safetensors_open_file("/nonexistent.safetensors", &st), CVLLM_EIO,
+               "/nonexistent.safetensors: No such file or directory");
     ASSERT_ERR(safetensors_open_file("/tmp", &st), CVLLM_EIO, "not a regular file");
     free(p);
 }
@@ -213,6 +215,8 @@ static void test_bad_headers(void **state) {
     expect_raw("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]", 4,
                CVLLM_EFORMAT, "header is not valid JSON");
     expect_raw("[1, 2, 3]", 0, CVLLM_EFORMAT, "header is not a JSON object");
+    expect_raw("{\"a\": {\"dtype\": \"F32\", \"shape\": [1, 99999999999999999999], \"data_offsets\": [0, 4]}}",
+               4, CVLLM_EFORMAT, "header: shape[1] (99999999999999999999) is out of range");
     expect_raw("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}, "
                "\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}",
                8, CVLLM_EFORMAT, "not valid JSON");
@@ -363,6 +367,72 @@ static void test_sharded(void **state) {
     safetensors_close(st);
 }
 
+static void on_alarm(int sig) {
+    (void)sig;
+    static const char msg[] = "test_safetensors: blocked on a special file\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(1);
+}
+
+/* safetensors_open(g_dir) must fail at once (an alarm catches a blocking open). */
+static void expect_open_error(int code, const char *needle) {
+    SafeTensors *st = (SafeTensors *)1;
+    alarm(10);
+    int rc = safetensors_open(g_dir, &st);
+    alarm(0);
+    ASSERT_ERR(rc, code, needle);
+    assert_null(st);
+}
+
+/* Special files in place of the weights: refused before any read, never a hang or a huge read;
+ * a symlink loop is not "absent". */
+static void test_special_files(void **state) {
+    (void)state;
+    signal(SIGALRM, on_alarm);
+    char *single = tmp_path("model.safetensors"), *index = tmp_path("model.safetensors.index.json"),
+         *shard = tmp_path("shard.safetensors");
+    assert_int_equal(mkfifo(single, 0644), 0);
+    expect_open_error(CVLLM_EIO, "model.safetensors: a FIFO (named pipe), not a regular file");
+    unlink(single);
+    assert_int_equal(symlink("/dev/zero", single), 0);
+    expect_open_error(CVLLM_EIO, "model.safetensors: a character device, not a regular file");
+    unlink(single);
+    assert_int_equal(symlink("model.safetensors", single), 0);
+    expect_open_error(CVLLM_EIO, "model.safetensors: Too many levels of symbolic links");
+    unlink(single);
+    assert_int_equal(symlink("blobs/abc", single), 0); /* a broken Hugging Face cache link */
+    expect_open_error(CVLLM_EIO, "model.safetensors: a symbolic link to a missing file");
+    unlink(single);
+    assert_int_equal(mkdir(single, 0755), 0);
+    expect_open_error(CVLLM_EIO, "model.safetensors: a directory, not a regular file");
+    rmdir(single);
+    /* the index and its shards */
+    assert_int_equal(mkfifo(index, 0644), 0);
+    expect_open_error(CVLLM_EIO, "model.safetensors.index.json: a FIFO");
+    unlink(index);
+    assert_int_equal(symlink("model.safetensors.index.json", index), 0);
+    expect_open_error(CVLLM_EIO, "Too many levels of symbolic links");
+    unlink(index);
+    write_text("model.safetensors.index.json", "{\"weight_map\": {\"a\": \"shard.safetensors\"}}");
+    assert_int_equal(mkfifo(shard, 0644), 0);
+    expect_open_error(CVLLM_EIO, "shard.safetensors: a FIFO");
+    unlink(shard);
+    assert_int_equal(symlink("/dev/urandom", shard), 0);
+    expect_open_error(CVLLM_EIO, "shard.safetensors: a character device");
+    unlink(shard);
+    write_text("model.safetensors.index.json",
+               "{\"metadata\": {\"total_size\": 184467440737095516150}, \"weight_map\": {}}");
+    expect_open_error(CVLLM_EFORMAT, "total_size (184467440737095516150) is out of range");
+    FILE *f = fopen(index, "wb"); /* a sparse 65 MiB index: over the cap, refused unread */
+    assert_non_null(f);
+    assert_int_equal(ftruncate(fileno(f), (off_t)65 << 20), 0);
+    fclose(f);
+    expect_open_error(CVLLM_EIO, "too large");
+    unlink(index);
+    expect_open_error(CVLLM_EIO, "no model.safetensors or model.safetensors.index.json");
+    free(single), free(index), free(shard);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
@@ -372,6 +442,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_bad_headers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_odd_but_valid, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sharded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_special_files, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

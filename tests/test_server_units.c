@@ -12,6 +12,7 @@
 #include "server/live_view.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
+#include "tokenizer/tokenizer.h"
 #include "server/openai_response.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_parser.h"
@@ -227,10 +228,10 @@ static void test_shapes(void **state) {
     assert_int_equal(json_integer_value(json_object_get(json_array_get(tc, 0), "index")), 0);
     assert_string_equal(json_string_value(json_object_get(json_array_get(tc, 0), "type")), "function");
     json_decref(tc);
-    assert_true(oai_utf8_valid("\xe2\x82\xac", 3));
-    assert_false(oai_utf8_valid("\xe2\x82", 2));
-    assert_false(oai_utf8_valid("\xc0\x80", 2));
-    assert_false(oai_utf8_valid("\xed\xa0\x80", 3));
+    assert_true(utf8_valid("\xe2\x82\xac", 3));
+    assert_false(utf8_valid("\xe2\x82", 2));
+    assert_false(utf8_valid("\xc0\x80", 2));
+    assert_false(utf8_valid("\xed\xa0\x80", 3));
 }
 
 static void test_metrics_text(void **state) {

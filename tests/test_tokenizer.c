@@ -1,8 +1,9 @@
 /* test_tokenizer.c: the tokenizer on a tiny handcrafted byte-level BPE tokenizer.json (built here):
  * both merge forms, merges through strings missing from the vocabulary, added tokens with
  * lstrip / rstrip / single_word, ignore_merges, the NFC normalizer, decoding (skip_special, U+FFFD),
- * the streaming detokenizer on split multi-byte characters and emoji, tokenizer_config.json, and
- * the error paths (invalid UTF-8, malformed JSON, unsupported model / normalizer / pre-tokenizer).
+ * the streaming detokenizer on split multi-byte characters and emoji, ids past the vocabulary (decoded
+ * as nothing), NUL bytes, tokenizer_config.json, the error paths (invalid UTF-8, malformed JSON,
+ * unsupported model / normalizer / pre-tokenizer) and the files of a folder (special files refused).
  * Expected ids follow tokenizers.js semantics (tests/test_tokenizer_ref.sh checks the real thing). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +11,10 @@
 #include <string.h>
 
 #include <cmocka.h>
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "tokenizer/tokenizer.h"
@@ -172,9 +177,20 @@ static void test_decode(void **state) {
     s = tokenizer_decode(t, bad, 4, 0);
     assert_string_equal(s, "\xef\xbf\xbd<s>\xef\xbf\xbd" "a");
     free(s);
-    const int32_t out_of_range[] = {1, 5000};
-    assert_null(tokenizer_decode(t, out_of_range, 2, 0));
-    assert_non_null(strstr(cvllm_last_error(), "5000"));
+    /* ids past the tokenizer's vocabulary (a model's padding ids) decode as nothing, as in HF, and
+     * do not cut a character in two; negative ids are errors */
+    const int32_t past[] = {'a', 304, 0xC3, 5000, INT32_MAX, 0xA9, 303, 100000};
+    s = tokenizer_decode(t, past, 8, 0);
+    assert_string_equal(s, "a\xc3\xa9<|x|>");
+    free(s);
+    s = tokenizer_decode(t, past + 1, 1, 1);
+    assert_string_equal(s, "");
+    free(s);
+    const int32_t negative[] = {1, -1};
+    assert_null(tokenizer_decode(t, negative, 2, 0));
+    assert_non_null(strstr(cvllm_last_error(), "-1"));
+    const int32_t very_negative[] = {INT32_MIN};
+    assert_null(tokenizer_decode(t, very_negative, 1, 1));
     tokenizer_free(t);
     /* clean_up_tokenization_spaces defaults to true, as in tokenizers.js */
     t = load(0, "null", 0, NULL);
@@ -241,6 +257,19 @@ static void test_stream(void **state) {
     assert_string_equal(p, "\xef\xbf\xbd");
     free(p);
     assert_null(detok_stream_push(ds, -1));
+    /* a padding id (past the vocabulary) gives "" and keeps the pending bytes */
+    p = detok_stream_push(ds, 0xC3);
+    assert_string_equal(p, "");
+    free(p);
+    const int32_t pads[] = {304, 5000, INT32_MAX};
+    for (int i = 0; i < 3; i++) {
+        p = detok_stream_push(ds, pads[i]);
+        assert_string_equal(p, "");
+        free(p);
+    }
+    p = detok_stream_push(ds, 0xA9);
+    assert_string_equal(p, "\xc3\xa9");
+    free(p);
     detok_stream_free(ds);
     /* skip_special */
     ds = detok_stream_create(t, 1);
@@ -248,6 +277,24 @@ static void test_stream(void **state) {
     assert_string_equal(p, "");
     free(p);
     detok_stream_free(ds);
+    tokenizer_free(t);
+}
+
+/* NUL bytes are text like any other to the tokenizer (the command line refuses them earlier). */
+static void test_nul_bytes(void **state) {
+    (void)state;
+    Tokenizer *t = load(0, "null", 0, "{\"clean_up_tokenization_spaces\": false}");
+    int32_t *ids;
+    int n = tokenizer_encode(t, "a\0hello\0", 8, &ids);
+    const int32_t want[] = {'a', 0, 259, 0};
+    assert_int_equal(n, 4);
+    assert_memory_equal(ids, want, sizeof want);
+    size_t len;
+    char *s = tokenizer_decode_len(t, ids, n, 0, &len);
+    assert_int_equal(len, 8);
+    assert_memory_equal(s, "a\0hello\0", 8);
+    free(s);
+    free(ids);
     tokenizer_free(t);
 }
 
@@ -282,6 +329,8 @@ static void test_load_errors(void **state) {
     expect_load_error("{\"model\": 3}", CVLLM_EFORMAT, "model");
     expect_load_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a b\"]", CVLLM_EFORMAT, "invalid JSON");
     expect_load_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-1},\"merges\":[]}}", CVLLM_EFORMAT, "bad id");
+    expect_load_error("{\"added_tokens\": [{\"id\": 99999999999999999999, \"content\": \"x\"}], \"model\": {}}",
+                      CVLLM_EFORMAT, "tokenizer.json: added_tokens: id (99999999999999999999) is out of range");
     expect_load_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"ab\"]}}", CVLLM_EFORMAT, "no space");
     expect_load_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[[\"a\"]]}}", CVLLM_EFORMAT, "pair");
     char *j = make_json(0, "null", "WordPiece", BL_REGEX, 0);
@@ -301,6 +350,98 @@ static void test_load_errors(void **state) {
     Tokenizer *t;
     assert_int_equal(tokenizer_load("/nonexistent/dir", &t), CVLLM_EIO);
     assert_null(t);
+}
+
+/* ---------------------------------------------------------------- files of a tokenizer folder */
+
+static void on_alarm(int sig) {
+    (void)sig;
+    static const char msg[] = "test_tokenizer: tokenizer_load blocked on a special file\n";
+    (void)!write(2, msg, sizeof msg - 1);
+    _exit(1);
+}
+
+static int count(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p++) n++;
+    return n;
+}
+
+/* tokenizer_load(dir) must fail at once with code and a message naming dir once and saying why. */
+static void expect_dir_error(const char *dir, int code, const char *why) {
+    Tokenizer *t = (Tokenizer *)1;
+    alarm(10);
+    int rc = tokenizer_load(dir, &t);
+    alarm(0);
+    if (rc != code || !strstr(cvllm_last_error(), why) || count(cvllm_last_error(), dir) != 1)
+        fail_msg("expected %d with \"%s\" naming %s once, got %d: %s", code, why, dir, rc,
+                 cvllm_last_error());
+    assert_null(t);
+}
+
+static void test_load_files(void **state) {
+    (void)state;
+    char dir[] = "/tmp/cvllm_test_tok_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    signal(SIGALRM, on_alarm);
+    char *tj = path_join(dir, "tokenizer.json"), *tc = path_join(dir, "tokenizer_config.json"),
+         *ct = path_join(dir, "chat_template.jinja"), *json = make_json(0, "null", "BPE", BL_REGEX, 0);
+    FILE *f = fopen(tj, "wb");
+    assert_non_null(f);
+    fputs(json, f);
+    fclose(f);
+    Tokenizer *t;
+    assert_int_equal(tokenizer_load(dir, &t), 0);
+    assert_null(tokenizer_chat_template(t));
+    tokenizer_free(t);
+    /* the optional files: absent is fine; anything but a regular file is an error, never a hang */
+    const char *optional[] = {tc, ct};
+    for (int i = 0; i < 2; i++) {
+        const char *p = optional[i];
+        assert_int_equal(mkfifo(p, 0644), 0);
+        expect_dir_error(dir, CVLLM_EIO, "a FIFO (named pipe), not a regular file");
+        unlink(p);
+        assert_int_equal(symlink("/dev/zero", p), 0);
+        expect_dir_error(dir, CVLLM_EIO, "a character device");
+        unlink(p);
+        assert_int_equal(symlink(p, p), 0); /* a loop */
+        expect_dir_error(dir, CVLLM_EIO, "symbolic links");
+        unlink(p);
+        assert_int_equal(symlink("nowhere", p), 0);
+        expect_dir_error(dir, CVLLM_EIO, "a symbolic link to a missing file");
+        unlink(p);
+        assert_int_equal(mkdir(p, 0755), 0);
+        expect_dir_error(dir, CVLLM_EIO, "a directory");
+        rmdir(p);
+    }
+    /* a chat template with a NUL byte would be cut there: refused */
+    f = fopen(ct, "wb");
+    fwrite("{{ x }}\0{{ y }}", 1, 15, f);
+    fclose(f);
+    expect_dir_error(dir, CVLLM_EFORMAT, "contains a NUL character");
+    unlink(ct);
+    /* tokenizer_config.json: numbers out of range are named */
+    f = fopen(tc, "wb");
+    fputs("{\"model_max_length\": 1000000000000000019884624838656}", f);
+    fclose(f);
+    expect_dir_error(dir, CVLLM_EFORMAT, "model_max_length (1000000000000000019884624838656) is out of range");
+    unlink(tc);
+    /* tokenizer.json itself */
+    unlink(tj);
+    expect_dir_error(dir, CVLLM_EIO, "No such file or directory");
+    assert_int_equal(symlink("/dev/urandom", tj), 0);
+    expect_dir_error(dir, CVLLM_EIO, "a character device");
+    unlink(tj);
+    assert_int_equal(mkfifo(tj, 0644), 0);
+    expect_dir_error(dir, CVLLM_EIO, "a FIFO");
+    unlink(tj);
+    f = fopen(tj, "wb");
+    fputs("{\"model\": 3}", f);
+    fclose(f);
+    expect_dir_error(dir, CVLLM_EFORMAT, "tokenizer.json: missing \"model\"");
+    unlink(tj);
+    rmdir(dir);
+    free(tj), free(tc), free(ct), free(json);
 }
 
 static void test_config(void **state) {
@@ -353,6 +494,7 @@ int main(void) {
         cmocka_unit_test(test_decode),               cmocka_unit_test(test_stream),
         cmocka_unit_test(test_invalid_utf8),         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_config),               cmocka_unit_test(test_split_regex),
+        cmocka_unit_test(test_nul_bytes),            cmocka_unit_test(test_load_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

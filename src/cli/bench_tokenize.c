@@ -8,6 +8,7 @@
  * given. Prints one line per figure; the best of N encode runs is reported along with the mean. */
 #include <string.h>
 
+#include "cli/cli_util.h"
 #include "common.h"
 #include "tokenizer/tokenizer.h"
 
@@ -65,32 +66,41 @@ static char *make_text(size_t target, size_t *len) {
     return buf;
 }
 
+static const char USAGE[] =
+    "usage: cvllm bench tokenize MODEL_DIR [--file F] [--repeat N]\n"
+    "  load time of the tokenizer files and encode throughput on one core;\n"
+    "  --file F     the text to encode (default: ~10 MB of generated English-like text)\n"
+    "  --repeat N   runs of each, 1..1000; the best is reported (default 3)\n";
+
 int bench_tokenize(int argc, char **argv) {
-    const char *dir = NULL, *file = NULL;
-    int repeat = 3;
+    const char *dir = NULL, *file = NULL, *v;
+    long long repeat = 3;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: cvllm bench tokenize MODEL_DIR [--file F] [--repeat N]\n"
-                   "  load time of the tokenizer files and encode throughput on one core;\n"
-                   "  without --file: ~10 MB of generated English-like text\n");
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(USAGE, stdout);
             return 0;
         }
-        if (!strcmp(argv[i], "--file") && i + 1 < argc) file = argv[++i];
-        else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
-        else if (argv[i][0] != '-' && !dir) dir = argv[i];
-        else {
-            fprintf(stderr, "cvllm bench tokenize: bad argument %s\n", argv[i]);
+        if (!strcmp(a, "--file")) {
+            if (!(file = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "--repeat")) {
+            if (!(v = cli_value(argc, argv, &i)) || cli_int(a, v, 1, 1000, &repeat) < 0) return 2;
+        } else if (a[0] != '-' && !dir) {
+            dir = a;
+        } else {
+            fprintf(stderr, "cvllm bench tokenize: %s '%s'\n\n%s",
+                    a[0] == '-' ? "unknown option" : "unexpected argument", a, USAGE);
             return 2;
         }
     }
-    if (!dir || repeat < 1) {
-        fprintf(stderr, "usage: cvllm bench tokenize MODEL_DIR [--file F] [--repeat N>=1]\n");
+    if (!dir) {
+        fprintf(stderr, "cvllm bench tokenize: MODEL_DIR is required\n\n%s", USAGE);
         return 2;
     }
     size_t len;
-    char *text = file ? read_file(file, &len) : make_text(10u << 20, &len);
+    char *text = file ? file_read(file, FILE_MAX_DEFAULT, &len) : make_text(10u << 20, &len);
     if (!text) {
-        fprintf(stderr, "cvllm bench tokenize: %s\n", cvllm_last_error());
+        fprintf(stderr, "cvllm bench tokenize: --file: %s\n", cvllm_last_error());
         return 1;
     }
     Tokenizer *t = NULL;
@@ -106,7 +116,7 @@ int bench_tokenize(int argc, char **argv) {
         double dt = now_seconds() - t0;
         if (dt < best_load) best_load = dt;
     }
-    printf("tokenizer load:  %.1f ms (best of %d) from %s\n", best_load * 1e3, repeat, dir);
+    printf("tokenizer load:  %.1f ms (best of %d) from %s\n", best_load * 1e3, (int)repeat, dir);
     double best = 1e30, total = 0;
     int n_ids = 0;
     for (int r = 0; r < repeat; r++) {
@@ -128,7 +138,7 @@ int bench_tokenize(int argc, char **argv) {
     printf("input:           %.2f MB (%s), %d tokens, %.2f bytes/token\n", mb,
            file ? file : "generated English-like text", n_ids, n_ids ? (double)len / n_ids : 0.0);
     printf("encode:          %.1f MB/s best, %.1f MB/s mean of %d (one thread), %.2f M tokens/s\n",
-           mb / best, mb * repeat / total, repeat, n_ids / best / 1e6);
+           mb / best, mb * repeat / total, (int)repeat, n_ids / best / 1e6);
     tokenizer_free(t);
     free(text);
     return 0;

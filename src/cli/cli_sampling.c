@@ -4,10 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <utf8proc.h>
 
 #include "cli/cli_util.h"
 #include "common.h"
+#include "tokenizer/tokenizer.h"
 
 const char CLI_SAMPLING_OPTIONS_HELP[] =
     "sampling options:\n"
@@ -32,19 +32,6 @@ void cli_sampling_free(CliSampling *s) {
     free(s->stops);
     free(s->stop_ids);
     memset(s, 0, sizeof *s);
-}
-
-static int valid_utf8(const char *str) {
-    const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)str;
-    utf8proc_ssize_t len = (utf8proc_ssize_t)strlen(str);
-    while (len > 0) {
-        utf8proc_int32_t c;
-        utf8proc_ssize_t k = utf8proc_iterate(p, len, &c);
-        if (k <= 0) return 0;
-        p += k;
-        len -= k;
-    }
-    return 1;
 }
 
 int cli_parse_sampling_option(int argc, char **argv, int *i, CliSampling *s) {
@@ -103,7 +90,7 @@ int cli_parse_sampling_option(int argc, char **argv, int *i, CliSampling *s) {
         if (cli_int(a, v, 0, CVLLM_MAX_LOGPROBS, &n) < 0) return -1;
         p->logprobs = (int)n;
     } else if (!strcmp(a, "--stop")) {
-        if (!v[0] || !valid_utf8(v)) {
+        if (!v[0] || !utf8_valid(v, strlen(v))) {
             fprintf(stderr, "cvllm: --stop: expected a non-empty string of valid UTF-8\n");
             return -1;
         }

@@ -1,11 +1,13 @@
-/* cli_util.c: shared option parsing for the cvllm commands. */
+/* cli_util.c: shared option parsing and input-file reading for the cvllm commands. */
 #include "cli/cli_util.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -15,70 +17,48 @@ const char CLI_ENGINE_OPTIONS_HELP[] =
     "  --max-model-len N              longest sequence (default: the model's, lowered to fit the KV cache)\n"
     "  --max-num-seqs N               sequences running at once (default 256)\n"
     "  --max-num-batched-tokens N     tokens per step; longer prompts are chunked (default 16384)\n"
-    "  --block-size N                 tokens per KV block, 16..256 (default 16)\n"
+    "  --block-size N                 tokens per KV block: 16, 32, 64, 128 or 256 (default 16)\n"
     "  --kv-cache-memory BYTES        KV cache budget, e.g. 2G, 512M (CPU default 2G)\n"
     "  --kv-cache-dtype auto|float32|bfloat16  KV cache elements (auto: float32 on the CPU)\n"
     "  --gpu-memory-utilization F     GPU: fraction of device memory (default 0.9)\n"
     "  --enforce-eager                GPU: no CUDA graphs\n"
     "  --no-enable-prefix-caching     turn automatic prefix caching off\n"
-    "  --threads N                    CPU threads (default: all cores)\n"
+    "  --threads N                    CPU threads, at most the cores (default 0: all cores)\n"
     "  --quiet                        no start-up report on stderr\n";
 
-const char *cli_value(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "cvllm: %s needs a value\n", argv[*i]);
-        return NULL;
-    }
-    return argv[++*i];
-}
-
-int cli_int(const char *name, const char *s, long long lo, long long hi, long long *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "cvllm: %s: expected an integer in [%lld, %lld], got '%s'\n", name, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-int cli_float(const char *name, const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
-        fprintf(stderr, "cvllm: %s: expected a number in [%g, %g], got '%s'\n", name, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-int cli_ids(const char *name, const char *s, int32_t **out) {
-    int n = 0, cap = 0;
-    int32_t *ids = NULL;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long long v = strtoll(p, &end, 10);
-        if (errno || end == p || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
-            fprintf(stderr, "cvllm: %s: expected comma-separated token ids, got '%s'\n", name, s);
-            free(ids);
-            return -1;
+int cli_each_line(const char *path, int allow_stdin, CliLineFn fn, void *arg) {
+    FILE *f = stdin;
+    if (!allow_stdin || strcmp(path, "-") != 0) {
+        int fd = file_open_regular(path, FILE_MAX_DEFAULT, NULL);
+        if (fd < 0) return CVLLM_EIO;
+        if (!(f = fdopen(fd, "rb"))) {
+            int rc = cvllm_errorf(CVLLM_EIO, "%s: %s", path, strerror(errno));
+            close(fd);
+            return rc;
         }
-        DA_PUSH(ids, n, cap, (int32_t)v);
-        p = *end ? end + 1 : end;
     }
-    if (n == 0) {
-        fprintf(stderr, "cvllm: %s: no token ids in '%s'\n", name, s);
-        free(ids);
-        return -1;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long lineno = 0;
+    int rc = 0;
+    while (rc == 0 && (n = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
+        line[n] = '\0';
+        if (n == 0) continue;
+        rc = fn(arg, line, (size_t)n, lineno);
     }
-    *out = ids;
-    return n;
+    if (rc == 0 && ferror(f)) rc = cvllm_errorf(CVLLM_EIO, "%s: read error", path);
+    free(line);
+    if (f != stdin) fclose(f);
+    return rc;
+}
+
+json_t *cli_jsonl_parse(const char *line, size_t len, long lineno) {
+    char what[32];
+    snprintf(what, sizeof what, "line %ld", lineno);
+    return cvllm_json_parse(line, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, what);
 }
 
 int cli_parse_engine_option(int argc, char **argv, int *i, CvllmEngineOptions *o) {
@@ -117,12 +97,27 @@ int cli_parse_engine_option(int argc, char **argv, int *i, CvllmEngineOptions *o
         o->gpu_memory_utilization = f;
         return 1;
     }
+    if (!strcmp(a, "--block-size")) { /* what the engine takes: a power of two in 16..256 */
+        static const char *const SIZES[] = {"16", "32", "64", "128", "256"};
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        for (size_t k = 0; k < sizeof SIZES / sizeof *SIZES; k++)
+            if (!strcmp(v, SIZES[k])) return o->block_size = atoi(v), 1;
+        fprintf(stderr, "cvllm: --block-size: expected 16, 32, 64, 128 or 256, got '%s'\n", v);
+        return -1;
+    }
+    if (!strcmp(a, "--threads")) { /* more threads than cores would only be slower (150x at 1000) */
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        if (cli_int(a, v, 0, cli_num_cores(), &n) < 0) {
+            fprintf(stderr, "cvllm: --threads: this machine has %d cores (0: all of them)\n", cli_num_cores());
+            return -1;
+        }
+        o->num_threads = (int)n;
+        return 1;
+    }
     struct { const char *name; int *field; long long lo, hi; } ints[] = {
         {"--max-model-len", &o->max_model_len, 1, INT32_MAX},
         {"--max-num-seqs", &o->max_num_seqs, 1, 1 << 20},
         {"--max-num-batched-tokens", &o->max_num_batched_tokens, 1, 1 << 24},
-        {"--block-size", &o->block_size, 16, 256},
-        {"--threads", &o->num_threads, 1, 4096},
     };
     for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
         if (strcmp(a, ints[k].name)) continue;

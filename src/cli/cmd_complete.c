@@ -7,13 +7,14 @@
 #include "cli/cli_sampling.h"
 #include "cli/cli_util.h"
 #include "cli/commands.h"
+#include "cli/jsonl_prompt.h"
 #include "common.h"
 
 static const char USAGE[] =
     "usage: cvllm complete MODEL_DIR [prompts] [sampling] [engine options]\n"
     "prompts (repeatable, kept in order):\n"
     "  --prompt TEXT              a text prompt (needs tokenizer.json in MODEL_DIR)\n"
-    "  --prompt-ids 1,2,3         a prompt as token ids\n"
+    "  --prompt-ids 1,2,3         a prompt as token ids (separated by commas, no spaces)\n"
     "  --prompt-file F.jsonl      one request a line: {\"prompt\": \"...\"} or\n"
     "                             {\"prompt_token_ids\": [...]}, plus any sampling field below\n"
     "sampling: defaults for every request (max_tokens 16, temperature 1); fields in\n"
@@ -67,106 +68,49 @@ static void set_error(Req *r, const char *fmt, const char *detail) {
     r->error = xstrdup(buf);
 }
 
-/* Applies one --prompt-file line's fields to r. Errors go to r->error (the request is refused,
- * the others go on). */
-static void parse_line(Req *r, const char *line, int lineno) {
-    char ctx[64];
-    snprintf(ctx, sizeof ctx, "line %d", lineno);
-    json_error_t jerr;
-    json_t *o = json_loads(line, 0, &jerr);
-    if (!o || !json_is_object(o)) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s: not a JSON object (%s)", ctx, o ? "wrong type" : jerr.text);
-        set_error(r, "%s", msg);
-        json_decref(o);
-        return;
-    }
-    const char *key;
-    json_t *v;
-    char msg[512];
-    msg[0] = 0;
-    json_object_foreach(o, key, v) {
-        if (!strcmp(key, "prompt")) {
-            if (!json_is_string(v)) { snprintf(msg, sizeof msg, "%s: \"prompt\" must be a string", ctx); break; }
-            r->text = xstrdup(json_string_value(v));
-        } else if (!strcmp(key, "prompt_token_ids") || !strcmp(key, "stop_token_ids")) {
-            int is_prompt = key[0] == 'p';
-            if (!json_is_array(v)) { snprintf(msg, sizeof msg, "%s: \"%s\" must be an array of ids", ctx, key); break; }
-            size_t n = json_array_size(v);
-            int32_t *ids = xmalloc((n ? n : 1) * sizeof(int32_t));
-            for (size_t i = 0; i < n && !msg[0]; i++) {
-                json_t *x = json_array_get(v, i);
-                if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX)
-                    snprintf(msg, sizeof msg, "%s: \"%s\"[%zu] is not a token id", ctx, key, i);
-                else ids[i] = (int32_t)json_integer_value(x);
-            }
-            if (msg[0]) { free(ids); break; }
-            if (is_prompt) { free(r->ids); r->ids = ids; r->n = (int)n; }
-            else { free(r->stop_ids); r->stop_ids = ids; r->p.stop_token_ids = ids; r->p.num_stop_token_ids = (int)n; }
-        } else if (!strcmp(key, "stop")) {
-            json_t *arr = json_is_string(v) ? json_pack("[O]", v) : json_incref(v);
-            if (!json_is_array(arr)) { json_decref(arr); snprintf(msg, sizeof msg, "%s: \"stop\" must be a string or an array of strings", ctx); break; }
+/* Applies one --prompt-file line's fields to r (jsonl_prompt.c). Errors go to r->error (the request
+ * is refused, the others go on). */
+static void parse_line(Req *r, const char *line, size_t len, long lineno) {
+    JsonlPrompt j = {.params = r->p};
+    int rc = jsonl_prompt_parse(line, len, lineno, &j);
+    if (rc < 0) set_error(r, "%s", cvllm_last_error());
+    r->text = j.prompt; /* kept on error too: the refusal names its prompt */
+    r->ids = j.prompt_ids;
+    r->n = j.num_prompt_ids;
+    j.prompt = NULL, j.prompt_ids = NULL;
+    if (rc == 0) {
+        r->p = j.params; /* its stop_token_ids: the line's (moved below) or r->stop_ids */
+        if (j.stop_ids) free(r->stop_ids), r->stop_ids = j.stop_ids, j.stop_ids = NULL;
+        if (j.has_stops) {
             for (int i = 0; i < r->num_stops; i++) free(r->stops[i]);
             free(r->stops);
-            r->num_stops = (int)json_array_size(arr);
-            r->stops = xcalloc((size_t)r->num_stops + 1, sizeof(char *));
-            for (int i = 0; i < r->num_stops; i++) {
-                json_t *s = json_array_get(arr, (size_t)i);
-                r->stops[i] = xstrdup(json_is_string(s) ? json_string_value(s) : "");
-                if (!json_is_string(s)) snprintf(msg, sizeof msg, "%s: \"stop\" entries must be strings", ctx);
-            }
-            json_decref(arr);
-            if (msg[0]) break;
-        } else if (!strcmp(key, "ignore_eos")) {
-            if (!json_is_boolean(v)) { snprintf(msg, sizeof msg, "%s: \"ignore_eos\" must be true or false", ctx); break; }
-            r->p.ignore_eos = json_is_true(v);
-        } else if (!strcmp(key, "max_tokens") || !strcmp(key, "top_k") || !strcmp(key, "seed")) {
-            if (!json_is_integer(v)) { snprintf(msg, sizeof msg, "%s: \"%s\" must be an integer", ctx, key); break; }
-            json_int_t x = json_integer_value(v);
-            if (key[0] == 'm') {
-                if (x < 1 || x > INT32_MAX) { snprintf(msg, sizeof msg, "%s: \"max_tokens\" must be >= 1", ctx); break; }
-                r->p.max_tokens = (int)x;
-            } else if (key[0] == 't') {
-                if (x < -1 || x > INT32_MAX) { snprintf(msg, sizeof msg, "%s: \"top_k\" must be -1 or >= 0", ctx); break; }
-                r->p.top_k = (int)x;
-            } else {
-                if (x < 0) { snprintf(msg, sizeof msg, "%s: \"seed\" must be >= 0", ctx); break; }
-                r->p.seed = x;
-            }
-        } else if (!strcmp(key, "temperature") || !strcmp(key, "top_p") || !strcmp(key, "min_p")) {
-            if (!json_is_number(v)) { snprintf(msg, sizeof msg, "%s: \"%s\" must be a number", ctx, key); break; }
-            float x = (float)json_number_value(v);
-            if (!strcmp(key, "temperature")) r->p.temperature = x;
-            else if (!strcmp(key, "top_p")) r->p.top_p = x;
-            else r->p.min_p = x;
-        } else {
-            snprintf(msg, sizeof msg, "%s: unknown field \"%s\"", ctx, key);
-            break;
+            r->stops = j.stops, r->num_stops = j.num_stops;
+            j.stops = NULL, j.num_stops = 0;
         }
     }
-    if (!msg[0] && !r->text && !r->ids)
-        snprintf(msg, sizeof msg, "%s: needs \"prompt\" or \"prompt_token_ids\"", ctx);
-    if (!msg[0] && r->text && r->ids)
-        snprintf(msg, sizeof msg, "%s: give \"prompt\" or \"prompt_token_ids\", not both", ctx);
-    if (msg[0]) set_error(r, "%s", msg);
-    json_decref(o);
+    jsonl_prompt_free(&j);
 }
 
+typedef struct {
+    ReqList *l;
+    const CvllmSamplingParams *d;
+    char **stops;
+    int num_stops;
+} PromptFile;
+
+static int prompt_file_line(void *arg, const char *line, size_t len, long lineno) {
+    PromptFile *f = arg;
+    parse_line(new_req(f->l, f->d, f->stops, f->num_stops), line, len, lineno);
+    return 0;
+}
+
+/* Reads a --prompt-file (a regular file: cli_each_line); -1 with the message printed. */
 static int read_prompt_file(ReqList *l, const char *path, const CvllmSamplingParams *d, char **stops, int num_stops) {
-    FILE *f = fopen(path, "r");
-    if (!f) { fprintf(stderr, "cvllm complete: cannot open --prompt-file %s\n", path); return -1; }
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int lineno = 0;
-    while ((len = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
-        if (len == 0) continue;
-        parse_line(new_req(l, d, stops, num_stops), line, lineno);
+    PromptFile f = {l, d, stops, num_stops};
+    if (cli_each_line(path, 0, prompt_file_line, &f) < 0) {
+        fprintf(stderr, "cvllm complete: --prompt-file: %s\n", cvllm_last_error());
+        return -1;
     }
-    free(line);
-    fclose(f);
     return 0;
 }
 
@@ -259,6 +203,7 @@ int cmd_complete(int argc, char **argv) {
             Req *r = new_req(&l, &cs.p, cs.stops, cs.num_stops);
             if ((r->n = cli_ids("--prompt-ids", argv[i + 1], &r->ids)) < 0) goto done;
         } else if (read_prompt_file(&l, argv[i + 1], &cs.p, cs.stops, cs.num_stops) < 0) {
+            rc = 1; /* a file that cannot be read: a runtime error, as in every command */
             goto done;
         }
     }

@@ -9,49 +9,23 @@
  * MLP activations and logits O(1) at every size; norm weights 1 + N(0, 0.05) (non-unit so a
  * missed norm weight shows); biases N(0, 0.05). The file is written in chunks, so the
  * 1.2 GB qwen3-0.6b preset needs a few MB of memory. */
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "common.h"
 #include "model/config.h"
+#include "model/presets.h"
 #include "model/safetensors.h"
 
-typedef struct {
-    const char *name, *what;
-    ModelArch arch;
-    int vocab, hidden, inter, layers, heads, kv_heads, head_dim;
-    double eps, theta;
-    int max_pos, tie, attention_bias;
-    DType dtype;
-    int bos, eos;                /* config.json */
-    int gen_eos[CONFIG_MAX_EOS]; /* generation_config.json */
-    int n_gen_eos;
-    RopeType rope;               /* llama3: factor 8, low 1, high 4, original max below */
-    int rope_original_max;
-} Preset;
+typedef ModelPreset Preset; /* the one table: src/model/presets.c */
 
-static const Preset PRESETS[] = {
-    {"qwen3-0.6b", "exactly Qwen/Qwen3-0.6B's shapes (~1.2 GB)", ARCH_QWEN3, 151936, 1024, 3072,
-     28, 16, 8, 128, 1e-6, 1000000, 40960, 1, 0, DTYPE_BF16, 151643, 151645, {151645, 151643}, 2,
-     ROPE_DEFAULT, 0},
-    {"tiny", "Qwen3, Qwen3 vocab, hidden 64, 2 layers (~20 MB)", ARCH_QWEN3, 151936, 64, 128, 2,
-     4, 2, 32, 1e-6, 1000000, 40960, 1, 0, DTYPE_BF16, 151643, 151645, {151645, 151643}, 2,
-     ROPE_DEFAULT, 0},
-    {"test-qwen3", "Qwen3, vocab 512, head_dim 24, untied, f32", ARCH_QWEN3, 512, 64, 128, 2, 4,
-     2, 24, 1e-6, 1000000, 4096, 0, 0, DTYPE_F32, 1, 2, {2}, 1, ROPE_DEFAULT, 0},
-    {"test-qwen2", "Qwen2, vocab 512, q/k/v bias, MQA (1 kv head), tied, f32", ARCH_QWEN2, 512, 64,
-     160, 2, 4, 1, 16, 1e-6, 10000, 4096, 1, 1, DTYPE_F32, 1, 2, {2, 3}, 2, ROPE_DEFAULT, 0},
-    {"test-llama", "Llama, vocab 512, llama3 rope, untied, f16", ARCH_LLAMA, 512, 64, 128, 2, 4, 2,
-     16, 1e-5, 500000, 2048, 0, 0, DTYPE_F16, 1, 2, {2}, 1, ROPE_LLAMA3, 256},
-};
-#define NUM_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
-
-static const char *ARCH_NAMES[] = {"Qwen3ForCausalLM", "Qwen2ForCausalLM", "LlamaForCausalLM"};
-static const char *MODEL_TYPES[] = {"qwen3", "qwen2", "llama"};
 static const char *TORCH_DTYPES[] = {"float32", "float16", "bfloat16"};
 
 /* ---- random numbers --------------------------------------------------------------------------- */
@@ -188,8 +162,8 @@ static json_t *rope_dict(const Preset *p, int with_theta) {
 
 static json_t *config_json(const Preset *p, DType dt) {
     json_t *c = json_object();
-    json_object_set_new(c, "architectures", json_pack("[s]", ARCH_NAMES[p->arch]));
-    json_object_set_new(c, "model_type", json_string(MODEL_TYPES[p->arch]));
+    json_object_set_new(c, "architectures", json_pack("[s]", model_arch_class(p->arch)));
+    json_object_set_new(c, "model_type", json_string(model_arch_type(p->arch)));
     json_object_set_new(c, "attention_dropout", json_real(0.0));
     json_object_set_new(c, "bos_token_id", json_integer(p->bos));
     json_object_set_new(c, "eos_token_id", json_integer(p->eos));
@@ -256,24 +230,9 @@ static int write_json(const char *dir, const char *name, json_t *j) {
 
 /* ---- files ----------------------------------------------------------------------------------- */
 
-static int mkdir_p(const char *dir) {
-    char *p = xstrdup(dir);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST) break;
-        *s = '/';
-    }
-    int rc = 0;
-    if (mkdir(p, 0755) != 0 && errno != EEXIST)
-        rc = cvllm_errorf(CVLLM_EIO, "cannot create %s: %s", dir, strerror(errno));
-    free(p);
-    return rc;
-}
-
 static int copy_file(const char *src, const char *dst) {
     size_t len;
-    char *buf = read_file(src, &len);
+    char *buf = file_read(src, FILE_MAX_TOKENIZER, &len); /* regular files only */
     if (!buf) return CVLLM_EIO;
     FILE *f = fopen(dst, "wb");
     int rc = 0;
@@ -288,27 +247,115 @@ static const char *TOKENIZER_FILES[] = {
     "vocab.json",       "merges.txt",            "tokenizer.model",         "chat_template.jinja",
     "chat_template.json",
 };
+#define NUM_TOKENIZER_FILES (sizeof TOKENIZER_FILES / sizeof *TOKENIZER_FILES)
 
-static int copy_tokenizer(const char *from, const char *out_dir) {
-    char *probe = path_join(from, "tokenizer.json");
-    struct stat sb;
-    int have = stat(probe, &sb) == 0;
-    free(probe);
-    if (!have) return cvllm_errorf(CVLLM_EIO, "--tokenizer %s: no tokenizer.json there", from);
-    printf("  tokenizer:");
-    for (size_t i = 0; i < sizeof TOKENIZER_FILES / sizeof *TOKENIZER_FILES; i++) {
+/* Before anything is written: DIR/tokenizer.json must be a readable regular file, and every other
+ * tokenizer file present a regular file too. */
+static int check_tokenizer(const char *from) {
+    for (size_t i = 0; i < NUM_TOKENIZER_FILES; i++) {
+        char *src = path_join(from, TOKENIZER_FILES[i]);
+        int have = i == 0 ? 1 : path_probe(src), fd = -1;
+        if (have > 0) fd = file_open_regular(src, FILE_MAX_TOKENIZER, NULL);
+        free(src);
+        if (have < 0 || (have > 0 && fd < 0)) return cvllm_error_wrap(CVLLM_EIO, "--tokenizer");
+        if (have > 0) close(fd);
+    }
+    return 0;
+}
+
+/* Copies the tokenizer files present in `from`; appends their names to `copied`. */
+static int copy_tokenizer(const char *from, const char *out_dir, char *copied, size_t cap) {
+    for (size_t i = 0; i < NUM_TOKENIZER_FILES; i++) {
         char *src = path_join(from, TOKENIZER_FILES[i]), *dst = path_join(out_dir, TOKENIZER_FILES[i]);
-        int rc = 0;
-        if (stat(src, &sb) == 0 && S_ISREG(sb.st_mode)) {
-            rc = copy_file(src, dst);
-            if (rc == 0) printf(" %s", TOKENIZER_FILES[i]);
+        int rc = path_probe(src);
+        if (rc > 0 && (rc = copy_file(src, dst)) == 0) {
+            size_t k = strlen(copied);
+            snprintf(copied + k, cap - k, " %s", TOKENIZER_FILES[i]);
         }
         free(src);
         free(dst);
         if (rc < 0) return rc;
     }
-    printf("\n");
     return 0;
+}
+
+/* Removes the temporary folder and what make_model wrote in it (plain files only). */
+static void remove_tree(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char *p = path_join(dir, e->d_name);
+        unlink(p);
+        free(p);
+    }
+    if (d) closedir(d);
+    rmdir(dir);
+}
+
+/* Moves the finished model from tmp to out: one rename when out does not exist; file by file into
+ * an existing folder (its other files are left alone, as before). */
+static int commit(const char *tmp, const char *out, int out_exists) {
+    if (!out_exists) {
+        if (rename(tmp, out) != 0) return cvllm_errorf(CVLLM_EIO, "cannot create %s: %s", out, strerror(errno));
+        return 0;
+    }
+    DIR *d = opendir(tmp);
+    if (!d) return cvllm_errorf(CVLLM_EIO, "%s: %s", tmp, strerror(errno));
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char *from = path_join(tmp, e->d_name), *to = path_join(out, e->d_name);
+        if (rename(from, to) != 0) rc = cvllm_errorf(CVLLM_EIO, "cannot write %s: %s", to, strerror(errno));
+        free(from);
+        free(to);
+    }
+    closedir(d);
+    if (rc == 0) rmdir(tmp);
+    return rc;
+}
+
+/* out's parent folder must exist (nothing is created but out itself); out, if it exists, must be a
+ * folder. Sets *out_exists and, in *tmp, a new hidden folder beside out to write into. */
+static int prepare_output(const char *out, int *out_exists, char **tmp) {
+    *tmp = NULL;
+    size_t n = strlen(out);
+    while (n > 1 && out[n - 1] == '/') n--;
+    char *name = xmalloc(n + 1);
+    memcpy(name, out, n);
+    name[n] = '\0';
+    char *slash = strrchr(name, '/');
+    const char *base = slash ? slash + 1 : name;
+    char *parent = slash ? (slash == name ? xstrdup("/") : strndup(name, (size_t)(slash - name))) : xstrdup(".");
+    struct stat sb;
+    int rc = path_probe(parent);
+    if (rc < 0) {
+        cvllm_error_wrap(rc, "cannot create %s", out);
+    } else if (rc == 0) {
+        rc = cvllm_errorf(CVLLM_EIO, "cannot create %s: its parent folder %s does not exist", out, parent);
+    } else if ((rc = 0, stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode))) {
+        rc = cvllm_errorf(CVLLM_EIO, "cannot create %s: %s is not a folder", out, parent);
+    } else if ((*out_exists = path_probe(out)) < 0) {
+        rc = CVLLM_EIO;
+    } else if (*out_exists && (stat(out, &sb) != 0 || !S_ISDIR(sb.st_mode))) {
+        rc = cvllm_errorf(CVLLM_EIO, "%s exists and is not a folder", out);
+    } else {
+        char *t = xmalloc(strlen(parent) + strlen(base) + 32);
+        sprintf(t, "%s/.%s.tmp-XXXXXX", parent, base);
+        if (!mkdtemp(t)) {
+            rc = cvllm_errorf(CVLLM_EIO, "cannot create a folder in %s: %s", parent, strerror(errno));
+            free(t);
+        } else {
+            mode_t mask = umask(0); /* mkdtemp makes it 0700: give it the mode mkdir would */
+            umask(mask);
+            chmod(t, 0755 & ~mask);
+            *tmp = t;
+        }
+    }
+    free(name);
+    free(parent);
+    return rc;
 }
 
 /* ---- the command ----------------------------------------------------------------------------- */
@@ -317,15 +364,17 @@ static void usage(FILE *f) {
     fprintf(f, "usage: cvllm mkmodel --preset NAME [--seed N] [--tokenizer DIR] "
                "[--dtype bf16|f16|f32] OUT_DIR\n\n"
                "Writes a Hugging Face model folder with seeded random weights.\n\npresets:\n");
-    for (int i = 0; i < NUM_PRESETS; i++)
-        fprintf(f, "  %-11s %s\n", PRESETS[i].name, PRESETS[i].what);
+    int np;
+    const ModelPreset *presets = model_presets(&np);
+    for (int i = 0; i < np; i++) fprintf(f, "  %-11s %s\n", presets[i].name, presets[i].what);
 }
 
-static int make_model(const Preset *p, DType dt, uint64_t seed, const char *tok, const char *out) {
-    int rc = mkdir_p(out);
-    if (rc < 0) return rc;
-    if ((rc = write_json(out, "config.json", config_json(p, dt))) < 0) return rc;
-    if ((rc = write_json(out, "generation_config.json", generation_json(p))) < 0) return rc;
+/* Writes the model into dir (a new, empty folder); describes it in summary. */
+static int make_model(const Preset *p, DType dt, uint64_t seed, const char *tok, const char *dir,
+                      char *summary, size_t cap) {
+    int rc;
+    if ((rc = write_json(dir, "config.json", config_json(p, dt))) < 0) return rc;
+    if ((rc = write_json(dir, "generation_config.json", generation_json(p))) < 0) return rc;
 
     SpecList l = {0};
     build_specs(p, dt, &l);
@@ -335,7 +384,7 @@ static int make_model(const Preset *p, DType dt, uint64_t seed, const char *tok,
         specs[i] = l.v[i].spec;
         params += numel(&specs[i]);
     }
-    char *path = path_join(out, "model.safetensors");
+    char *path = path_join(dir, "model.safetensors");
     StWriter *w = NULL;
     const size_t chunk = 1 << 18;
     float *fbuf = xmalloc(chunk * sizeof *fbuf);
@@ -349,17 +398,38 @@ static int make_model(const Preset *p, DType dt, uint64_t seed, const char *tok,
     }
     struct stat sb;
     if (rc == 0 && stat(path, &sb) == 0)
-        printf("wrote %s (preset %s, %s, seed %llu)\n  model.safetensors: %d tensors, %lld "
-               "parameters, %lld bytes (%s) in %.1f s\n  config.json, generation_config.json\n",
-               out, p->name, ARCH_NAMES[p->arch], (unsigned long long)seed, l.n, (long long)params,
-               (long long)sb.st_size, dtype_name(dt), now_seconds() - t0);
+        snprintf(summary, cap,
+                 "  model.safetensors: %d tensors, %lld parameters, %lld bytes (%s) in %.1f s\n"
+                 "  config.json, generation_config.json\n",
+                 l.n, (long long)params, (long long)sb.st_size, dtype_name(dt), now_seconds() - t0);
     free(fbuf);
     free(obuf);
     free(path);
     free(specs);
     for (int i = 0; i < l.n; i++) free(l.v[i].spec.name);
     free(l.v);
-    if (rc == 0 && tok) rc = copy_tokenizer(tok, out);
+    if (rc == 0 && tok) {
+        char copied[512] = "";
+        rc = copy_tokenizer(tok, dir, copied, sizeof copied);
+        size_t k = strlen(summary);
+        if (rc == 0) snprintf(summary + k, cap - k, "  tokenizer:%s\n", copied);
+    }
+    return rc;
+}
+
+/* Checks the tokenizer and the output folder first, writes everything into a temporary folder
+ * beside OUT_DIR and moves it into place at the end: a failure leaves nothing behind. */
+static int make_model_folder(const Preset *p, DType dt, uint64_t seed, const char *tok, const char *out) {
+    int out_exists = 0, rc = tok ? check_tokenizer(tok) : 0;
+    char *tmp = NULL, summary[1024] = "";
+    if (rc == 0) rc = prepare_output(out, &out_exists, &tmp);
+    if (rc == 0) rc = make_model(p, dt, seed, tok, tmp, summary, sizeof summary);
+    if (rc == 0) rc = commit(tmp, out, out_exists);
+    if (tmp && (rc < 0 || out_exists)) remove_tree(tmp); /* on success: already renamed or emptied */
+    free(tmp);
+    if (rc == 0)
+        printf("wrote %s (preset %s, %s, seed %llu)\n%s", out, p->name, model_arch_class(p->arch),
+               (unsigned long long)seed, summary);
     return rc;
 }
 
@@ -379,14 +449,9 @@ int cmd_mkmodel(int argc, char **argv) {
         } else if (!strcmp(a, "--dtype") && has_val) {
             dtype = argv[++i];
         } else if (!strcmp(a, "--seed") && has_val) {
-            char *end;
-            errno = 0;
-            seed = strtoull(argv[++i], &end, 10);
-            if (errno || *end || argv[i][0] == '\0' || argv[i][0] == '-') {
-                fprintf(stderr, "cvllm mkmodel: --seed wants a non-negative integer, got '%s'\n",
-                        argv[i]);
-                return 2;
-            }
+            long long v;
+            if (cli_int(a, argv[++i], 0, INT64_MAX, &v) < 0) return 2; /* plain decimals only */
+            seed = (uint64_t)v;
         } else if (a[0] == '-' && a[1] != '\0') {
             fprintf(stderr, "cvllm mkmodel: unknown or incomplete option '%s'\n", a);
             usage(stderr);
@@ -403,9 +468,7 @@ int cmd_mkmodel(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    const Preset *p = NULL;
-    for (int i = 0; i < NUM_PRESETS; i++)
-        if (!strcmp(preset, PRESETS[i].name)) p = &PRESETS[i];
+    const Preset *p = model_preset_find(preset);
     if (!p) {
         fprintf(stderr, "cvllm mkmodel: unknown preset '%s'\n", preset);
         usage(stderr);
@@ -421,7 +484,7 @@ int cmd_mkmodel(int argc, char **argv) {
             return 2;
         }
     }
-    int rc = make_model(p, dt, seed, tok, out);
+    int rc = make_model_folder(p, dt, seed, tok, out);
     if (rc < 0) {
         fprintf(stderr, "cvllm mkmodel: %s\n", cvllm_last_error());
         return 1;

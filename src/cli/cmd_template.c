@@ -10,7 +10,6 @@
  * Exit codes: 0 ok, 1 runtime error (files, JSON, template errors), 2 usage. */
 #include <jansson.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cli/commands.h"
 #include "common.h"
@@ -28,11 +27,13 @@ static void template_usage(FILE *f) {
                "Prints the rendered prompt exactly, without an added newline.\n");
 }
 
-static json_t *load_json_file(const char *path, const char *what) {
-    json_error_t err;
-    json_t *j = json_load_file(path, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
-    if (!j && err.line > 0) fprintf(stderr, "cvllm template: %s %s: %s (line %d)\n", what, path, err.text, err.line);
-    else if (!j) fprintf(stderr, "cvllm template: %s %s: %s\n", what, path, err.text);
+/* A JSON file (a regular file: file_read), or NULL with the message printed. */
+static json_t *load_json_file(const char *path, size_t max_bytes, size_t flags) {
+    size_t len;
+    char *text = file_read(path, max_bytes, &len);
+    json_t *j = text ? cvllm_json_parse(text, len, JSON_DECODE_ANY | flags, path) : NULL;
+    if (!j) fprintf(stderr, "cvllm template: %s\n", cvllm_last_error());
+    free(text);
     return j;
 }
 
@@ -97,11 +98,11 @@ int cmd_template(int argc, char **argv) {
     }
     json_t *kwargs = NULL;
     if (kwargs_text) {
-        json_error_t err;
-        kwargs = json_loads(kwargs_text, JSON_ALLOW_NUL, &err);
+        kwargs = cvllm_json_parse(kwargs_text, strlen(kwargs_text), JSON_DECODE_ANY | JSON_ALLOW_NUL,
+                                  "--chat-template-kwargs");
         if (!json_is_object(kwargs)) {
-            fprintf(stderr, "cvllm template: --chat-template-kwargs must be a JSON object (%s)\n",
-                    kwargs ? "got another JSON value" : err.text);
+            if (kwargs) fprintf(stderr, "cvllm template: --chat-template-kwargs must be a JSON object\n");
+            else fprintf(stderr, "cvllm template: %s\n", cvllm_last_error());
             json_decref(kwargs);
             template_usage(stderr);
             return 2;
@@ -110,7 +111,7 @@ int cmd_template(int argc, char **argv) {
 
     int rc = 1;
     char *cfg_path = path_join(model_dir, "tokenizer_config.json");
-    json_t *cfg = load_json_file(cfg_path, "cannot read");
+    json_t *cfg = load_json_file(cfg_path, FILE_MAX_TOKENIZER_CONFIG, 0);
     json_t *vars = json_object(), *messages = NULL, *tools = NULL;
     ChatTemplate *t = NULL;
     char *out = NULL;
@@ -120,24 +121,34 @@ int cmd_template(int argc, char **argv) {
     if (!cfg) goto done;
     if (!src) {
         char *jinja_path = path_join(model_dir, "chat_template.jinja");
-        if (access(jinja_path, R_OK) == 0) src = jinja_src = read_file(jinja_path, NULL);
+        int have = path_probe(jinja_path);
+        if (have > 0) src = jinja_src = file_read(jinja_path, FILE_MAX_TOKENIZER_CONFIG, NULL);
         free(jinja_path);
+        if (have < 0 || (have > 0 && !src)) {
+            fprintf(stderr, "cvllm template: %s\n", cvllm_last_error());
+            goto done;
+        }
     }
     if (!src) {
         fprintf(stderr, "cvllm template: %s has no chat_template (a string, or a list with a "
                         "\"default\" entry) and %s/chat_template.jinja is absent\n", cfg_path, model_dir);
         goto done;
     }
-    if (!(messages = load_json_file(messages_path, "cannot read messages"))) goto done;
-    if (!json_is_array(messages)) {
-        fprintf(stderr, "cvllm template: %s must hold a JSON array of messages\n", messages_path);
+    if (!(messages = load_json_file(messages_path, FILE_MAX_DEFAULT, JSON_ALLOW_NUL))) goto done;
+    if (tools_path && !(tools = load_json_file(tools_path, FILE_MAX_DEFAULT, JSON_ALLOW_NUL))) goto done;
+    if (chat_template_check_inputs(messages, NULL) < 0) {
+        fprintf(stderr, "cvllm template: %s: %s\n", messages_path, cvllm_last_error());
+        goto done;
+    }
+    json_t *no_messages = json_array();
+    int tools_rc = chat_template_check_inputs(no_messages, tools);
+    json_decref(no_messages);
+    if (tools_rc < 0) {
+        fprintf(stderr, "cvllm template: %s: %s\n", tools_path, cvllm_last_error());
         goto done;
     }
     json_object_set(vars, "messages", messages);
-    if (tools_path) {
-        if (!(tools = load_json_file(tools_path, "cannot read tools"))) goto done;
-        json_object_set(vars, "tools", tools);
-    }
+    if (tools) json_object_set(vars, "tools", tools);
     json_object_set_new(vars, "add_generation_prompt", json_boolean(add_generation_prompt));
     json_t *bos = special_token(cfg, "bos_token"), *eos = special_token(cfg, "eos_token");
     if (bos) json_object_set_new(vars, "bos_token", bos);

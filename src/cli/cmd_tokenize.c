@@ -7,11 +7,12 @@
  *   cvllm detokenize MODEL_DIR --ids 1,2,3 [--skip-special-tokens]
  *   cvllm detokenize MODEL_DIR --input-jsonl F [--skip-special-tokens]
  *                                  (F: one JSON id array per line; prints one JSON string per line)
- * Exit codes: 0 ok, 1 runtime error (bad files, invalid UTF-8, unknown id), 2 usage. */
-#include <errno.h>
+ * Exit codes: 0 ok, 1 runtime error (bad files, invalid UTF-8, a bad line), 2 usage. Ids past the
+ * tokenizer's vocabulary (a model's padding ids) decode as no text, as in Hugging Face. */
 #include <jansson.h>
 #include <string.h>
 
+#include "cli/cli_util.h"
 #include "cli/commands.h"
 #include "common.h"
 #include "tokenizer/tokenizer.h"
@@ -28,7 +29,8 @@ static void tokenize_usage(FILE *f) {
 static void detokenize_usage(FILE *f) {
     fprintf(f, "usage: cvllm detokenize MODEL_DIR (--ids 1,2,3 | --input-jsonl F) "
                "[--skip-special-tokens]\n"
-               "  --ids LIST             comma-separated token ids; prints the text\n"
+               "  --ids LIST             token ids separated by commas, no spaces (1,2,3); prints\n"
+               "                         the text (ids past the tokenizer's vocabulary: no text)\n"
                "  --input-jsonl F        one JSON id array per line ('-' = stdin); prints one JSON\n"
                "                         string per line\n"
                "  --skip-special-tokens  drop special tokens\n");
@@ -40,40 +42,20 @@ static void print_ids(const int32_t *ids, int n, int json) {
     if (json) putchar(']');
 }
 
-/* Reads lines from path ('-' = stdin) and calls fn on each; stops at the first error. */
-static int each_line(const char *path, int (*fn)(void *, const char *, size_t, size_t), void *arg) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        fprintf(stderr, "cvllm: cannot open %s: %s\n", path, strerror(errno));
-        return 1;
-    }
-    char *line = NULL;
-    size_t cap = 0, lineno = 0;
-    ssize_t n;
-    int rc = 0;
-    while (rc == 0 && (n = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
-        if (n == 0) continue;
-        rc = fn(arg, line, (size_t)n, lineno);
-    }
-    free(line);
-    if (f != stdin) fclose(f);
-    return rc;
-}
-
 typedef struct {
     const Tokenizer *t;
     int json, count;
 } TokArgs;
 
-static int tokenize_line(void *arg, const char *line, size_t n, size_t lineno) {
+static int tokenize_line(void *arg, const char *line, size_t n, long lineno) {
     TokArgs *a = arg;
-    json_error_t err;
-    json_t *v = json_loadb(line, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+    json_t *v = cli_jsonl_parse(line, n, lineno); /* refuses a NUL character, raw or \u0000 */
+    if (!v) {
+        fprintf(stderr, "cvllm tokenize: %s\n", cvllm_last_error());
+        return 1;
+    }
     if (!json_is_string(v)) {
-        fprintf(stderr, "cvllm tokenize: line %zu is not a JSON string (%s)\n", lineno,
-                v ? "other JSON value" : err.text);
+        fprintf(stderr, "cvllm tokenize: line %ld: not a JSON string\n", lineno);
         json_decref(v);
         return 1;
     }
@@ -81,7 +63,7 @@ static int tokenize_line(void *arg, const char *line, size_t n, size_t lineno) {
     int k = tokenizer_encode(a->t, json_string_value(v), json_string_length(v), &ids);
     json_decref(v);
     if (k < 0) {
-        fprintf(stderr, "cvllm tokenize: line %zu: %s\n", lineno, cvllm_last_error());
+        fprintf(stderr, "cvllm tokenize: line %ld: %s\n", lineno, cvllm_last_error());
         return 1;
     }
     if (a->json) fputs(a->count ? ",\n " : "[", stdout);
@@ -139,7 +121,9 @@ int cmd_tokenize(int argc, char **argv) {
         }
     } else {
         TokArgs a = {t, json, 0};
-        rc = each_line(jsonl, tokenize_line, &a);
+        rc = cli_each_line(jsonl, 1, tokenize_line, &a);
+        if (rc < 0) fprintf(stderr, "cvllm tokenize: --input-jsonl: %s\n", cvllm_last_error());
+        rc = rc != 0;
         if (rc == 0 && json) puts(a.count ? "]" : "[]");
     }
     tokenizer_free(t);
@@ -148,50 +132,41 @@ int cmd_tokenize(int argc, char **argv) {
 
 /* ---------------------------------------------------------------- detokenize */
 
-/* Parses "1,2,3" (spaces allowed). Returns the count or -1. */
-static int parse_id_list(const char *s, int32_t **out) {
-    int32_t *ids = NULL;
-    int n = 0, cap = 0;
-    while (*s) {
-        while (*s == ' ' || *s == ',') s++;
-        if (!*s) break;
-        char *end;
-        errno = 0;
-        long v = strtol(s, &end, 10);
-        if (end == s || errno || v < INT32_MIN || v > INT32_MAX || (*end && *end != ',' && *end != ' ')) {
-            free(ids);
-            return -1;
-        }
-        DA_PUSH(ids, n, cap, (int32_t)v);
-        s = end;
-    }
-    *out = ids;
-    return n;
-}
-
 typedef struct {
     const Tokenizer *t;
     int skip;
 } DetokArgs;
 
-static int detokenize_line(void *arg, const char *line, size_t n, size_t lineno) {
+static int detokenize_line(void *arg, const char *line, size_t n, long lineno) {
     DetokArgs *a = arg;
-    json_error_t err;
-    json_t *v = json_loadb(line, n, JSON_DECODE_ANY, &err), *x;
-    if (!json_is_array(v)) {
-        fprintf(stderr, "cvllm detokenize: line %zu is not a JSON array\n", lineno);
+    json_t *v = cli_jsonl_parse(line, n, lineno), *x;
+    if (!v) {
+        fprintf(stderr, "cvllm detokenize: %s\n", cvllm_last_error());
+        return 1;
+    }
+    if (!json_is_array(v) || json_array_size(v) > INT32_MAX) {
+        fprintf(stderr, "cvllm detokenize: line %ld: not a JSON array of token ids\n", lineno);
         json_decref(v);
         return 1;
     }
     size_t k = json_array_size(v), i;
     int32_t *ids = xmalloc((k + 1) * sizeof(int32_t));
-    json_array_foreach(v, i, x) ids[i] = json_is_integer(x) ? (int32_t)json_integer_value(x) : -1;
+    json_array_foreach(v, i, x) {
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT32_MAX) {
+            fprintf(stderr, "cvllm detokenize: line %ld: [%zu] is not a token id (an integer in [0, %d])\n",
+                    lineno, i, INT32_MAX);
+            free(ids);
+            json_decref(v);
+            return 1;
+        }
+        ids[i] = (int32_t)json_integer_value(x);
+    }
     json_decref(v);
     size_t len;
     char *s = tokenizer_decode_len(a->t, ids, (int)k, a->skip, &len);
     free(ids);
     if (!s) {
-        fprintf(stderr, "cvllm detokenize: line %zu: %s\n", lineno, cvllm_last_error());
+        fprintf(stderr, "cvllm detokenize: line %ld: %s\n", lineno, cvllm_last_error());
         return 1;
     }
     json_t *js = json_stringn(s, len);
@@ -199,7 +174,7 @@ static int detokenize_line(void *arg, const char *line, size_t n, size_t lineno)
     free(s);
     json_decref(js);
     if (!dump) {
-        fprintf(stderr, "cvllm detokenize: line %zu: cannot encode the text as JSON\n", lineno);
+        fprintf(stderr, "cvllm detokenize: line %ld: cannot encode the text as JSON\n", lineno);
         return 1;
     }
     puts(dump);
@@ -232,12 +207,12 @@ int cmd_detokenize(int argc, char **argv) {
     }
     int32_t *ids = NULL;
     int n = 0;
-    if (!dir || (!ids_arg == !jsonl) || (ids_arg && (n = parse_id_list(ids_arg, &ids)) < 0)) {
-        fprintf(stderr, "cvllm detokenize: need MODEL_DIR and exactly one of --ids (comma-separated "
-                        "integers) / --input-jsonl\n");
+    if (!dir || (!ids_arg == !jsonl)) {
+        fprintf(stderr, "cvllm detokenize: need MODEL_DIR and exactly one of --ids / --input-jsonl\n");
         detokenize_usage(stderr);
         return 2;
     }
+    if (ids_arg && (n = cli_ids("--ids", ids_arg, &ids)) < 0) return 2;
     Tokenizer *t;
     if (tokenizer_load(dir, &t) < 0) {
         fprintf(stderr, "cvllm detokenize: %s\n", cvllm_last_error());
@@ -258,7 +233,9 @@ int cmd_detokenize(int argc, char **argv) {
         }
     } else {
         DetokArgs a = {t, skip};
-        rc = each_line(jsonl, detokenize_line, &a);
+        rc = cli_each_line(jsonl, 1, detokenize_line, &a);
+        if (rc < 0) fprintf(stderr, "cvllm detokenize: --input-jsonl: %s\n", cvllm_last_error());
+        rc = rc != 0;
     }
     free(ids);
     tokenizer_free(t);

@@ -17,7 +17,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
-#include <utf8proc.h>
+#include <sys/stat.h>
 
 #include "backend/backend.h"
 #include "common.h"
@@ -100,6 +100,7 @@ struct CvllmEngine {
     int shutdown, shutdown_drain;
     CvllmStats stats;       /* snapshot */
     int64_t *owners;        /* [num_blocks] block-pool snapshot, once asked for */
+    int64_t *owners_next;   /* engine thread: the next snapshot, built outside the lock */
     int want_owners, owners_stale;
     int64_t next_id, requests_added;
     uint64_t seed_counter;  /* seeds unseeded requests */
@@ -154,11 +155,13 @@ int cvllm_engine_create(const char *model_dir, const CvllmEngineOptions *opts, C
     rc = weights_load(model_dir, &e->cfg, &e->weights);
     if (rc < 0) goto fail;
     if (o.load_tokenizer) {
+        /* anything named tokenizer.json (a FIFO, a broken link too) goes to the loader, whose
+         * error names it; only its absence means "no tokenizer" */
         char *tj = path_join(model_dir, "tokenizer.json");
-        FILE *f = fopen(tj, "r");
+        struct stat st;
+        int present = lstat(tj, &st) == 0;
         free(tj);
-        if (f) {
-            fclose(f);
+        if (present) {
             rc = tokenizer_load(model_dir, &e->tok);
             if (rc < 0) goto fail;
         }
@@ -284,6 +287,7 @@ void cvllm_engine_destroy(CvllmEngine *e) {
     free(e->changed);
     free(e->sampled);
     free(e->owners);
+    free(e->owners_next);
     model_runner_destroy(e->runner);
     scheduler_destroy(e->sched);
     block_manager_destroy(e->bm);
@@ -297,19 +301,6 @@ void cvllm_engine_destroy(CvllmEngine *e) {
 
 /* ---------------------------------------------------------------------------------------------
  * Submit (any thread) */
-
-static int valid_utf8(const char *s) {
-    const utf8proc_uint8_t *p = (const utf8proc_uint8_t *)s;
-    utf8proc_ssize_t len = (utf8proc_ssize_t)strlen(s);
-    while (len > 0) {
-        utf8proc_int32_t c;
-        utf8proc_ssize_t k = utf8proc_iterate(p, len, &c);
-        if (k <= 0) return 0;
-        p += k;
-        len -= k;
-    }
-    return 1;
-}
 
 /* Everything about a request that can be wrong, checked before anything is queued. */
 static int validate_request(const CvllmEngine *e, const int32_t *prompt, int n,
@@ -370,7 +361,7 @@ static int validate_request(const CvllmEngine *e, const int32_t *prompt, int n,
     for (int i = 0; i < p->num_stop; i++) {
         if (!p->stop[i] || !p->stop[i][0])
             return cvllm_errorf(CVLLM_EINVAL, "stop string %d is empty", i);
-        if (!valid_utf8(p->stop[i]))
+        if (!utf8_valid(p->stop[i], strlen(p->stop[i])))
             return cvllm_errorf(CVLLM_EINVAL, "stop string %d is not valid UTF-8", i);
     }
     return 0;
@@ -613,7 +604,8 @@ static void publish(CvllmEngine *e) {
     int64_t *owners = NULL;
     if (want) { /* the live view: who holds each block */
         s.kv_blocks_cached = block_manager_num_cached_free(e->bm);
-        owners = xmalloc((size_t)e->num_blocks * sizeof(int64_t));
+        if (!e->owners_next) e->owners_next = xmalloc((size_t)e->num_blocks * sizeof(int64_t));
+        owners = e->owners_next;
         for (int b = 0; b < e->num_blocks; b++) {
             uint64_t h;
             owners[b] = block_manager_ref_count(e->bm, b) == 0
@@ -628,8 +620,8 @@ static void publish(CvllmEngine *e) {
     }
     pthread_mutex_lock(&e->mu);
     e->stats = s;
-    if (owners) {
-        free(e->owners);
+    if (owners) { /* swap: the reader's copy and the one built next */
+        e->owners_next = e->owners;
         e->owners = owners;
     }
     pthread_mutex_unlock(&e->mu);

@@ -7,6 +7,7 @@
  * implement (sliding window, yarn, mlp_bias, a non-silu activation) is refused by name rather
  * than silently ignored. Every message names the file and the field. */
 #include "model/config.h"
+#include "model/presets.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -158,11 +159,9 @@ static int get_eos(json_t *obj, const char *file, int *ids, int *n, int *given) 
 }
 
 static json_t *parse_json(const char *text, const char *file, int *rc) {
-    json_error_t err;
-    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &err);
+    json_t *root = cvllm_json_parse(text, strlen(text), JSON_REJECT_DUPLICATES, file);
     if (!root) {
-        *rc = cvllm_errorf(CVLLM_EFORMAT, "%s: invalid JSON at line %d column %d: %s", file,
-                           err.line, err.column, err.text);
+        *rc = CVLLM_EFORMAT;
         return NULL;
     }
     if (!json_is_object(root)) {
@@ -176,14 +175,14 @@ static json_t *parse_json(const char *text, const char *file, int *rc) {
 
 /* ---- architecture and rope ---------------------------------------------------------------- */
 
+/* indexed by ModelArch; the names come from the one table in presets.c */
 static const struct {
-    const char *name, *model_type;
     ModelArch arch;
     int max_pos_default;
 } ARCHS[] = {
-    {"Qwen3ForCausalLM", "qwen3", ARCH_QWEN3, 32768},
-    {"Qwen2ForCausalLM", "qwen2", ARCH_QWEN2, 32768},
-    {"LlamaForCausalLM", "llama", ARCH_LLAMA, 2048},
+    {ARCH_QWEN3, 32768},
+    {ARCH_QWEN2, 32768},
+    {ARCH_LLAMA, 2048},
 };
 #define NUM_ARCHS ((int)(sizeof ARCHS / sizeof ARCHS[0]))
 
@@ -195,7 +194,7 @@ static int parse_arch(json_t *root, const char *file, int *which) {
         if (rc < 0) return rc;
         if (!mt) return cvllm_errorf(CVLLM_EFORMAT, "%s: missing field architectures", file);
         for (int i = 0; i < NUM_ARCHS; i++)
-            if (!strcmp(mt, ARCHS[i].model_type)) return *which = i, 0;
+            if (!strcmp(mt, model_arch_type(ARCHS[i].arch))) return *which = i, 0;
         return cvllm_errorf(CVLLM_EUNSUPPORTED,
                             "%s: model_type '%s' is not supported (qwen3, qwen2, llama)", file, mt);
     }
@@ -204,7 +203,7 @@ static int parse_arch(json_t *root, const char *file, int *which) {
                             file);
     const char *name = json_string_value(json_array_get(a, 0));
     for (int i = 0; i < NUM_ARCHS; i++)
-        if (!strcmp(name, ARCHS[i].name)) return *which = i, 0;
+        if (!strcmp(name, model_arch_class(ARCHS[i].arch))) return *which = i, 0;
     return cvllm_errorf(CVLLM_EUNSUPPORTED,
                         "%s: architecture '%s' is not supported (Qwen3ForCausalLM, "
                         "Qwen2ForCausalLM, LlamaForCausalLM)",
@@ -318,7 +317,7 @@ static int parse_config(json_t *root, ModelConfig *c) {
     memset(c, 0, sizeof *c);
     if ((rc = parse_arch(root, F, &ai)) < 0) return rc;
     c->arch = ARCHS[ai].arch;
-    c->arch_name = ARCHS[ai].name;
+    c->arch_name = model_arch_class(ARCHS[ai].arch);
 
     if ((rc = get_int(root, F, "vocab_size", 1, 0, &c->vocab_size)) < 0 ||
         (rc = get_int(root, F, "hidden_size", 1, 0, &c->hidden_size)) < 0 ||
@@ -464,31 +463,33 @@ int config_parse(const char *config_json, const char *generation_json, ModelConf
     return 0;
 }
 
+/* Messages name the file with the folder once: "DIR/config.json: ..." for reading, "DIR: config.json:
+ * field ..." for the contents (a caller that adds the folder again is ignored, see
+ * cvllm_error_wrap). */
 int config_load(const char *model_dir, ModelConfig *cfg) {
     char *path = path_join(model_dir, "config.json");
-    char *text = read_file(path, NULL);
+    char *text = file_read(path, FILE_MAX_CONFIG, NULL);
     if (!text) {
-        int rc = cvllm_errorf(CVLLM_EIO, "%s: cannot read (is %s a Hugging Face model folder?)",
-                              path, model_dir);
+        int rc = CVLLM_EIO; /* file_read's message names the problem, unless the file is absent: */
+        if (path_probe(path) == 0)
+            rc = path_probe(model_dir) == 0
+                     ? cvllm_errorf(CVLLM_EIO, "%s: no such folder", model_dir)
+                     : cvllm_errorf(CVLLM_EIO, "%s: no config.json (is it a Hugging Face model folder?)",
+                                    model_dir);
         free(path);
         return rc;
     }
     free(path);
     char *gpath = path_join(model_dir, "generation_config.json");
     char *gtext = NULL;
-    FILE *probe = fopen(gpath, "rb");
-    if (probe) {
-        fclose(probe);
-        gtext = read_file(gpath, NULL);
-        if (!gtext) {
-            int rc = cvllm_error_wrap(CVLLM_EIO, "%s", model_dir);
-            free(gpath);
-            free(text);
-            return rc;
-        }
-    }
+    int rc = path_probe(gpath); /* optional */
+    if (rc > 0 && !(gtext = file_read(gpath, FILE_MAX_CONFIG, NULL))) rc = CVLLM_EIO;
     free(gpath);
-    int rc = config_parse(text, gtext, cfg);
+    if (rc < 0) {
+        free(text);
+        return rc;
+    }
+    rc = config_parse(text, gtext, cfg);
     if (rc < 0) cvllm_error_wrap(rc, "%s", model_dir);
     free(text);
     free(gtext);

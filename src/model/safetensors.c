@@ -111,6 +111,12 @@ static int parse_image(SafeTensors *st, const uint8_t *buf, size_t len, const ch
 
     json_error_t jerr;
     json_t *root = json_loadb((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root && json_error_code(&jerr) == json_error_numeric_overflow) { /* name the field */
+        char what[4200];
+        snprintf(what, sizeof what, "%s: header", label);
+        json_decref(cvllm_json_parse((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, what));
+        return CVLLM_EFORMAT;
+    }
     if (!root)
         return cvllm_errorf(CVLLM_EFORMAT, "%s: header is not valid JSON (column %d: %s)", label,
                             jerr.column, jerr.text);
@@ -264,21 +270,16 @@ static int finish(SafeTensors *st) {
 
 /* mmaps path read-only and parses it into st; returns the new file's index or a negative code. */
 static int add_file(SafeTensors *st, const char *path) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return cvllm_errorf(CVLLM_EIO, "cannot open %s: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return cvllm_errorf(CVLLM_EIO, "%s: not a regular file", path);
-    }
-    size_t len = (size_t)sb.st_size;
+    size_t len;
+    int fd = file_open_regular(path, SIZE_MAX, &len); /* regular files only: never a FIFO */
+    if (fd < 0) return fd;
     void *map = NULL;
     if (len >= 8) {
         map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (map == MAP_FAILED) {
             int e = errno;
             close(fd);
-            return cvllm_errorf(CVLLM_EIO, "cannot mmap %s: %s", path, strerror(e));
+            return cvllm_errorf(CVLLM_EIO, "%s: cannot mmap: %s", path, strerror(e));
         }
     }
     close(fd);
@@ -322,14 +323,12 @@ int safetensors_open_buffer(const void *buf, size_t len, SafeTensors **out) {
 
 static int open_index(const char *model_dir, const char *index_path, SafeTensors **out) {
     const char *I = "model.safetensors.index.json";
-    char *text = read_file(index_path, NULL);
-    if (!text) return cvllm_error_wrap(CVLLM_EIO, "%s", model_dir);
-    json_error_t jerr;
-    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    size_t len;
+    char *text = file_read(index_path, FILE_MAX_INDEX, &len);
+    if (!text) return CVLLM_EIO;
+    json_t *root = cvllm_json_parse(text, len, JSON_REJECT_DUPLICATES, index_path);
     free(text);
-    if (!root)
-        return cvllm_errorf(CVLLM_EFORMAT, "%s: invalid JSON at line %d: %s", index_path, jerr.line,
-                            jerr.text);
+    if (!root) return CVLLM_EFORMAT;
     json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
     if (!json_is_object(wm)) {
         json_decref(root);
@@ -394,10 +393,13 @@ int safetensors_open(const char *model_dir, SafeTensors **out) {
     *out = NULL;
     char *single = path_join(model_dir, "model.safetensors");
     char *index = path_join(model_dir, "model.safetensors.index.json");
-    int rc;
-    if (access(single, F_OK) == 0) /* transformers prefers the single file too */
+    int rc, have_single = path_probe(single), have_index = 0;
+    if (have_single == 0) have_index = path_probe(index);
+    if (have_single < 0 || have_index < 0) /* a symlink loop, a dangling link: not "absent" */
+        rc = CVLLM_EIO;
+    else if (have_single) /* transformers prefers the single file too */
         rc = safetensors_open_file(single, out);
-    else if (access(index, F_OK) == 0)
+    else if (have_index)
         rc = open_index(model_dir, index, out);
     else
         rc = cvllm_errorf(CVLLM_EIO, "%s: no model.safetensors or model.safetensors.index.json",

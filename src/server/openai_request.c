@@ -3,6 +3,8 @@
  * a field of the wrong type or out of range is a 400 naming the field. */
 #include "server/openai_request.h"
 
+#include "tokenizer/tokenizer.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,33 +23,9 @@ int oai_error(OaiError *e, int status, const char *param, const char *fmt, ...) 
     return -1;
 }
 
-int oai_utf8_valid(const char *str, size_t n) {
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) { i++; continue; }
-        int len;
-        unsigned cp;
-        if (c >= 0xc2 && c <= 0xdf) { len = 2; cp = c & 0x1f; }
-        else if (c >= 0xe0 && c <= 0xef) { len = 3; cp = c & 0x0f; }
-        else if (c >= 0xf0 && c <= 0xf4) { len = 4; cp = c & 0x07; }
-        else return 0;
-        if (i + len > n) return 0;
-        for (int k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80) return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-            (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-            return 0;
-        i += len;
-    }
-    return 1;
-}
 
 json_t *oai_parse_body(const char *body, size_t len, OaiError *err) {
-    if (!oai_utf8_valid(body, len)) {
+    if (!utf8_valid(body, len)) {
         oai_error(err, 400, NULL, "the request body is not valid UTF-8");
         return NULL;
     }

@@ -69,8 +69,6 @@ typedef struct {
 int oai_request_parse(OaiEndpoint ep, const char *body, size_t len, OaiRequest *r, OaiError *err);
 void oai_request_free(OaiRequest *r);
 
-/* 1 if s[0..n) is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF). */
-int oai_utf8_valid(const char *s, size_t n);
 
 /* Parses a JSON body into an object: 400 for invalid UTF-8, malformed JSON or a non-object. */
 json_t *oai_parse_body(const char *body, size_t len, OaiError *err);

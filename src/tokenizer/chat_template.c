@@ -55,6 +55,47 @@ int chat_template_compile(const char *source, ChatTemplate **out) {
     return chat_template_compile_n(source, source ? strlen(source) : 0, out);
 }
 
+static const char *json_kind(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER:
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+int chat_template_check_inputs(const json_t *messages, const json_t *tools) {
+    if (!json_is_array(messages))
+        return cvllm_errorf(CVLLM_EINVAL, "messages must be an array of messages, got %s",
+                            json_kind(messages));
+    for (size_t i = 0; i < json_array_size(messages); i++) {
+        const json_t *m = json_array_get(messages, i), *role, *calls;
+        if (!json_is_object(m))
+            return cvllm_errorf(CVLLM_EINVAL, "messages[%zu] must be an object, got %s", i, json_kind(m));
+        role = json_object_get(m, "role");
+        if (!json_is_string(role))
+            return cvllm_errorf(CVLLM_EINVAL, "messages[%zu]: \"role\" must be a string, got %s", i,
+                                role ? json_kind(role) : "none");
+        calls = json_object_get(m, "tool_calls");
+        if (calls && !json_is_array(calls) && !json_is_null(calls))
+            return cvllm_errorf(CVLLM_EINVAL, "messages[%zu]: \"tool_calls\" must be an array, got %s", i,
+                                json_kind(calls));
+    }
+    if (!tools) return 0;
+    if (!json_is_array(tools))
+        return cvllm_errorf(CVLLM_EINVAL, "tools must be an array of tool definitions, got %s",
+                            json_kind(tools));
+    for (size_t i = 0; i < json_array_size(tools); i++)
+        if (!json_is_object(json_array_get(tools, i)))
+            return cvllm_errorf(CVLLM_EINVAL, "tools[%zu] must be an object, got %s", i,
+                                json_kind(json_array_get(tools, i)));
+    return 0;
+}
+
 void chat_template_limits_default(ChatTemplateLimits *l) {
     l->max_output = (size_t)64 << 20;
     l->max_memory = (size_t)1 << 30;

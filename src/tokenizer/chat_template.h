@@ -21,6 +21,13 @@ void chat_template_free(ChatTemplate *t); /* accepts NULL */
  * eos_token, enable_thinking, ...: every key becomes a template variable). *out is malloc'd. */
 int chat_template_render(const ChatTemplate *t, json_t *vars, char **out);
 
+/* Checks the shapes every chat template relies on, before a render: messages an array of objects,
+ * each with a string "role" and, when present, "tool_calls" an array (or null); tools (NULL: none)
+ * an array of objects. "content" is left to the template: a string, a list of parts, null, or
+ * (Llama 3's ipython role) an object. Returns 0, or CVLLM_EINVAL with a message naming the element
+ * ("messages[2]: \"role\" must be a string, got a number"). */
+int chat_template_check_inputs(const json_t *messages, const json_t *tools);
+
 /* Guards against runaway templates; exceeding one is an error (CVLLM_ENOMEM / CVLLM_EINVAL). */
 typedef struct {
     size_t max_output;      /* bytes of rendered text (and of any intermediate string) */

@@ -110,10 +110,12 @@ static char *clean_up(char *s) {
     return s;
 }
 
-static int check_id(const Tokenizer *t, int32_t id) {
-    if (id >= 0 && id < t->vocab_size) return 0;
-    return cvllm_errorf(CVLLM_EINVAL, "tokenizer: id %d is outside the vocabulary (0..%d)", id,
-                        t->vocab_size - 1);
+/* Ids at or past the tokenizer's size are padding rows of the model's embedding (Qwen3: 151,936
+ * rows for 151,669 tokens): a model can sample them, and Hugging Face decodes them as nothing, so
+ * they are skipped (they do not cut a run of bytes either). Negative ids are errors. */
+static int check_id(int32_t id) {
+    if (id >= 0) return 0;
+    return cvllm_errorf(CVLLM_EINVAL, "tokenizer: token id %d is negative", id);
 }
 
 char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n, int skip_special) {
@@ -126,12 +128,12 @@ char *tokenizer_decode_len(const Tokenizer *t, const int32_t *ids, int n, int sk
     int first = 1;
     for (int i = 0; i < n; i++) {
         int32_t id = ids[i];
-        if (check_id(t, id) < 0) {
+        if (check_id(id) < 0) {
             free(out.s);
             free(bytes.s);
             return NULL;
         }
-        if (skip_special && t->id_skip[id]) continue;
+        if (id >= t->vocab_size || (skip_special && t->id_skip[id])) continue;
         const char *d = t->dec_arena + t->dec_off[id];
         size_t dl = t->dec_off[id + 1] - t->dec_off[id];
         if (!t->decoder_byte_level) { /* no decoder: tokens joined with spaces */
@@ -179,9 +181,9 @@ DetokStream *detok_stream_create(const Tokenizer *t, int skip_special) {
 
 char *detok_stream_push(DetokStream *s, int32_t id) {
     const Tokenizer *t = s->t;
-    if (check_id(t, id) < 0) return NULL;
+    if (check_id(id) < 0) return NULL;
     Str out = {0};
-    if (s->skip_special && t->id_skip[id]) return xstrdup("");
+    if (id >= t->vocab_size || (s->skip_special && t->id_skip[id])) return xstrdup("");
     const char *d = t->dec_arena + t->dec_off[id];
     size_t dl = t->dec_off[id + 1] - t->dec_off[id];
     if (!t->decoder_byte_level) {

@@ -169,6 +169,12 @@ static int keep_value(Scan *sc, json_t *obj, const char *key) {
     if (rc < 0) return rc;
     json_error_t err;
     json_t *v = json_loadb(start, (size_t)(sc->p - start), JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+    if (!v && json_error_code(&err) == json_error_numeric_overflow) { /* valid JSON: name the field */
+        char what[300];
+        snprintf(what, sizeof what, "tokenizer.json: %.200s", key);
+        json_decref(cvllm_json_parse(start, (size_t)(sc->p - start), JSON_DECODE_ANY | JSON_ALLOW_NUL, what));
+        return CVLLM_EFORMAT;
+    }
     if (!v) {
         sc->p = start + (err.position > 0 ? err.position : 0);
         return scan_error(sc, err.text);

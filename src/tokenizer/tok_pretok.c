@@ -11,8 +11,11 @@
 
 #include "common.h"
 #include "tokenizer/tok_internal.h"
+#include "tokenizer/tokenizer.h"
 
 /* ---------------------------------------------------------------- UTF-8 */
+
+int utf8_valid(const char *s, size_t len) { return tok_utf8_check(s, len) == 0; }
 
 long tok_utf8_check(const char *str, size_t len) {
     const uint8_t *s = (const uint8_t *)str;

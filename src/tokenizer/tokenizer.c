@@ -10,7 +10,6 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <string.h>
-#include <unistd.h>
 #include <xxhash.h>
 
 #include "common.h"
@@ -406,12 +405,11 @@ static void build_id_tables(Tokenizer *t, const uint32_t *id_off) {
 static int parse_config(Tokenizer *t, const char *config_json) {
     t->clean_up_spaces = 1;
     if (!config_json) return 0;
-    json_error_t err;
-    json_t *cfg = json_loads(config_json, 0, &err);
-    if (!cfg || !json_is_object(cfg)) {
+    json_t *cfg = cvllm_json_parse(config_json, strlen(config_json), 0, "tokenizer_config.json");
+    if (!cfg) return CVLLM_EFORMAT;
+    if (!json_is_object(cfg)) {
         json_decref(cfg);
-        return cvllm_errorf(CVLLM_EFORMAT, "tokenizer_config.json: invalid JSON at line %d: %s",
-                            err.line, err.text);
+        return cvllm_errorf(CVLLM_EFORMAT, "tokenizer_config.json: not a JSON object");
     }
     t->bos_token = config_token(cfg, "bos_token");
     t->eos_token = config_token(cfg, "eos_token");
@@ -557,42 +555,50 @@ int tokenizer_load_from_strings(const char *tokenizer_json, size_t len, const ch
     return 0;
 }
 
+/* Reads dir/name if it exists (*text = NULL if not); 0 or a negative code with the message set. */
+static int read_optional(const char *dir, const char *name, size_t max_bytes, char **text) {
+    char *path = path_join(dir, name);
+    size_t len = 0;
+    int rc = path_probe(path);
+    *text = NULL;
+    if (rc > 0 && !(*text = file_read(path, max_bytes, &len))) rc = CVLLM_EIO;
+    if (*text && strlen(*text) != len) { /* kept as a C string: a NUL would cut it silently */
+        rc = cvllm_errorf(CVLLM_EFORMAT, "%s: contains a NUL character", path);
+        free(*text);
+        *text = NULL;
+    }
+    free(path);
+    return rc < 0 ? rc : 0;
+}
+
+/* Messages name the folder once: "DIR/tokenizer.json: ..." for reading, "DIR: tokenizer.json: ..."
+ * for the contents. */
 int tokenizer_load(const char *dir, Tokenizer **out) {
     *out = NULL;
     char *path = path_join(dir, "tokenizer.json");
     size_t len;
-    char *json = read_file(path, &len);
+    char *json = file_read(path, FILE_MAX_TOKENIZER, &len);
     free(path);
-    if (!json) return cvllm_error_wrap(CVLLM_EIO, "loading the tokenizer from %s", dir);
-    path = path_join(dir, "tokenizer_config.json");
-    FILE *f = fopen(path, "rb");
+    if (!json) return CVLLM_EIO;
     char *cfg = NULL;
-    if (f) {
-        fclose(f);
-        cfg = read_file(path, NULL);
-        if (!cfg) {
-            free(path);
-            free(json);
-            return cvllm_error_wrap(CVLLM_EIO, "loading the tokenizer from %s", dir);
-        }
+    int rc = read_optional(dir, "tokenizer_config.json", FILE_MAX_TOKENIZER_CONFIG, &cfg);
+    if (rc == 0) {
+        rc = tokenizer_load_from_strings(json, len, cfg, out);
+        if (rc < 0) cvllm_error_wrap(rc, "%s", dir);
     }
-    free(path);
-    int rc = tokenizer_load_from_strings(json, len, cfg, out);
     free(json);
     free(cfg);
-    if (rc < 0) return cvllm_error_wrap(rc, "%s", dir);
+    if (rc < 0) return rc;
     /* transformers 5 saves the template beside the config, in chat_template.jinja */
     if (!(*out)->chat_template) {
-        path = path_join(dir, "chat_template.jinja");
-        if (access(path, R_OK) == 0 && !((*out)->chat_template = read_file(path, NULL))) {
-            free(path);
+        rc = read_optional(dir, "chat_template.jinja", FILE_MAX_TOKENIZER_CONFIG, &(*out)->chat_template);
+        if (rc < 0) {
             tokenizer_free(*out);
             *out = NULL;
-            return cvllm_error_wrap(CVLLM_EIO, "loading the tokenizer from %s", dir);
+            return rc;
         }
-        free(path);
     }
-    return rc;
+    return 0;
 }
 
 void tokenizer_free(Tokenizer *t) {

@@ -38,13 +38,17 @@ int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, int32_t *
  * tokenizer_config's additional_special_tokens). Bytes that do not form valid UTF-8 become U+FFFD
  * as in the HF decoder (one per maximal invalid subpart, like TextDecoder). Applies
  * clean_up_tokenization_spaces when the config asks for it (tokenizers.js default: true when the
- * config does not say; Qwen3 says false). Returns NULL and sets the error for an id outside
- * [0, tokenizer_vocab_size). */
+ * config does not say; Qwen3 says false). Ids >= tokenizer_vocab_size (a model's padding ids: its
+ * vocabulary may be larger than the tokenizer's) decode as nothing, as in Hugging Face. Returns
+ * NULL and sets the error for a negative id. */
 char *tokenizer_decode(const Tokenizer *t, const int32_t *ids, int n, int skip_special);
 /* Same, and stores the text's length in *out_len (if not NULL): the text may contain U+0000. */
 char *tokenizer_decode_len(const Tokenizer *t, const int32_t *ids, int n, int skip_special,
                            size_t *out_len);
 
+/* 1 if s[0..len) is valid UTF-8 (no overlongs, surrogates or code points past U+10FFFF): the one
+ * check every input path uses (engine stop strings, CLI options, the server's request bodies). */
+int utf8_valid(const char *s, size_t len);
 int tokenizer_vocab_size(const Tokenizer *t);      /* highest id + 1, added tokens included */
 const char *tokenizer_id_to_token(const Tokenizer *t, int32_t id); /* raw token string or NULL */
 int32_t tokenizer_token_to_id(const Tokenizer *t, const char *token); /* -1 if absent */
@@ -62,7 +66,8 @@ int32_t tokenizer_bos_id(const Tokenizer *t);
  * (off for Qwen3) is not applied. The stream keeps a pointer to t. */
 typedef struct DetokStream DetokStream;
 DetokStream *detok_stream_create(const Tokenizer *t, int skip_special);
-/* Appends id; returns the newly completed text (malloc'd, possibly ""), or NULL on a bad id. */
+/* Appends id; returns the newly completed text (malloc'd, possibly ""; "" for an id past the
+ * tokenizer's vocabulary), or NULL for a negative id. */
 char *detok_stream_push(DetokStream *s, int32_t id);
 /* Returns whatever is left (an incomplete character at the end becomes U+FFFD). malloc'd. */
 char *detok_stream_flush(DetokStream *s);

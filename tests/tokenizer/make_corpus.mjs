@@ -56,7 +56,9 @@ const scripts = {
             "<|fim_prefix|>", "<|vision_pad|>", "<|endoftext|><|endoftext|>", "< think>", "<THINK>"],
   punct: ["!", "?", "...", "—", "–", "“quoted”", "«guillemets»", "¿Qué?", "¡Hola!", "…", "§", "©®™",
           "•", "→", "∑∫√", "@#$%^&*", "'s", "'S", "'ll", "'LL", "'Re", "'ſ", "'\u212A", "''", "'"],
-  control: ["\u0000", "\u0001", "\u001B[31m", "\u007F", "\u0008"],
+  // no U+0000: JSON-lines inputs refuse NUL characters (one rule for every command); the
+  // tokenizer's own handling of NUL bytes is checked in test_tokenizer.c and fuzz_tokenizer.c
+  control: ["\u0002", "\u0001", "\u001B[31m", "\u007F", "\u0008"],
 };
 
 const out = [];

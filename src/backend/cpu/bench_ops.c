@@ -9,12 +9,15 @@
  * figures are those of streaming weights from memory, as in real decode. */
 #include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/backend_cpu.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/threadpool.h"
+#include "args.h"
 #include "common.h"
+#include "model/presets.h"
 #include "backend/cpu/sampler.h"
 
 
@@ -141,26 +144,6 @@ static void bench_matmul_shape(ThreadPool *pool, const char *name, int64_t N, in
 
 /* ---------------------------------------------------------------- synthetic model */
 
-static void qwen3_06b_config(ModelConfig *c) {
-    memset(c, 0, sizeof *c);
-    c->arch = ARCH_QWEN3;
-    c->arch_name = "Qwen3ForCausalLM";
-    c->vocab_size = 151936;
-    c->hidden_size = 1024;
-    c->intermediate_size = 3072;
-    c->num_hidden_layers = 28;
-    c->num_attention_heads = 16;
-    c->num_key_value_heads = 8;
-    c->head_dim = 128;
-    c->rms_norm_eps = 1e-6f;
-    c->rope_theta = 1000000.0;
-    c->rope_type = ROPE_DEFAULT;
-    c->max_position_embeddings = 40960;
-    c->tie_word_embeddings = 1;
-    c->qk_norm = 1;
-    c->torch_dtype = DTYPE_BF16;
-}
-
 /* Random bf16 weights carved from one allocation (returned in *blob). */
 static size_t synthetic_weights(const ModelConfig *c, ModelWeights *w, uint16_t **blob) {
     const int64_t H = c->hidden_size, hd = c->head_dim, qd = c->num_attention_heads * hd,
@@ -279,7 +262,7 @@ static double bench_prefill(Backend *b, const ModelConfig *cfg, int n, int block
 static void bench_forward(int64_t bw_bytes, int threads, const int *batches, int nb, int ctx,
                           int steps, int prefill) {
     ModelConfig cfg;
-    qwen3_06b_config(&cfg);
+    model_preset_config(model_preset_find("qwen3-0.6b"), &cfg);
     ModelWeights w;
     uint16_t *blob;
     double t0 = now_seconds();
@@ -454,74 +437,148 @@ static void bench_sampler(void) {
 
 /* ---------------------------------------------------------------- command line */
 
-static void usage(void) {
-    fprintf(stderr,
+static void usage(FILE *f) {
+    fprintf(f,
             "usage: cvllm bench ops [bw|matmul|attention|forward|sampler|all] [options]\n"
-            "  --threads N      threads (0 = all cores; default 0)\n"
-            "  --isa NAME       scalar | avx2 | avx512 (default: best)\n"
-            "  --bw-gb G        bandwidth array size in GB (default 1)\n"
-            "  --batches LIST   decode batch sizes, e.g. 1,16 (default 1,16)\n"
-            "  --ctx N          cached context per sequence (default 128)\n"
-            "  --steps N        timed decode steps (default 10)\n"
-            "  --prefill N      also time one prefill of N tokens (default 0)\n"
+            "  --threads N      threads, at most the cores (0 = all cores; default 0)\n"
+            "  --isa NAME       scalar | avx2 | avx512, up to what this CPU has (default: best)\n"
+            "  --bw-gb G        bandwidth array size in GB, 0.001..1024 (default 1)\n"
+            "  --batches LIST   decode batch sizes in 1..256, e.g. 1,16 (default 1,16; at most 16)\n"
+            "  --ctx N          cached context per sequence, 1..32768 (default 128)\n"
+            "  --steps N        timed decode steps, 1..100000 (default 10)\n"
+            "  --prefill N      also time one prefill of N tokens, 0..16384 (default 0)\n"
             "  --kv-cache-dtype float32|bfloat16  KV cache elements (default float32)\n"
             "  --repeat R       time steps x R steps of each batch size (steps of the batch\n"
-            "                   sizes alternate); report the median step (default 1)\n");
+            "                   sizes alternate); report the median step, 1..1000 (default 1)\n"
+            "Options that need more memory than the machine has are refused.\n");
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "cvllm bench ops: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n\n");
+    usage(stderr);
+    return 2;
+}
+
+/* Bytes the chosen parts allocate at their peak (they run one after the other). */
+static double memory_needed(int all, const char *what, double bw_bytes, int ctx, int steps,
+                            int prefill, const int32_t *batches, int nb) {
+    const double kv_token = 2.0 * 28 * 8 * 128; /* K and V elements per token, qwen3-0.6b */
+    double need = 0, part;
+    if (all || !strcmp(what, "bw")) need = bw_bytes;
+    if (all || !strcmp(what, "matmul")) need = need > 1.2e9 ? need : 1.2e9; /* > 512 MB of copies, packed too */
+    if (all || !strcmp(what, "attention")) {
+        part = 16.0 * ((ctx + 16) / 16) * 16 * kv_token * 4; /* B = 16, f32 */
+        if (part > need) need = part;
+    }
+    if (all || !strcmp(what, "forward")) {
+        int maxB = prefill, maxS = 1;
+        for (int i = 0; i < nb; i++) {
+            if (batches[i] > maxB) maxB = batches[i];
+            if (batches[i] > maxS) maxS = batches[i];
+        }
+        const int len = (ctx > prefill ? ctx : prefill) + steps + 8, mbps = (len + 15) / 16;
+        part = 1.5e9 + bw_bytes + (double)maxS * mbps * 16 * kv_token * dtype_size(g_kv_dtype) +
+               (double)maxB * 151936 * 4 + (double)maxB * 64 * 1024; /* weights, bw, KV, logits, acts */
+        if (part > need) need = part;
+    }
+    return need;
 }
 
 int bench_cpu_ops(int argc, char **argv) {
-    const char *what = "all";
-    int threads = 0, ctx = 128, steps = 10, prefill = 0, batches[16] = {1, 16}, nb = 2;
+    const char *what = NULL;
+    long long threads = 0, ctx = 128, steps = 10, prefill = 0, repeat = 1;
+    int32_t default_batches[2] = {1, 16}, *batch_list = NULL;
+    const int32_t *batches = default_batches;
+    int nb = 2, isa = -1, rc = 2;
     double bw_gb = 1.0;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *a = argv[i], *v = NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage();
-            return 0;
-        } else if (a[0] != '-') {
-            what = a;
-        } else if (v && !strcmp(a, "--threads")) {
-            threads = atoi(v), i++;
-        } else if (v && !strcmp(a, "--isa")) {
-            cpu_isa_set(!strcmp(v, "scalar") ? CPU_ISA_SCALAR
-                        : !strcmp(v, "avx2") ? CPU_ISA_AVX2 : CPU_ISA_AVX512);
-            i++;
-        } else if (v && !strcmp(a, "--bw-gb")) {
-            bw_gb = atof(v), i++;
-        } else if (v && !strcmp(a, "--ctx")) {
-            ctx = atoi(v), i++;
-        } else if (v && !strcmp(a, "--steps")) {
-            steps = atoi(v), i++;
-        } else if (v && !strcmp(a, "--repeat")) {
-            g_repeat = atoi(v) > 0 ? atoi(v) : 1, i++;
-        } else if (v && !strcmp(a, "--kv-cache-dtype")) {
-            g_kv_dtype = !strcmp(v, "bfloat16") || !strcmp(v, "bf16") ? DTYPE_BF16 : DTYPE_F32;
-            i++;
-        } else if (v && !strcmp(a, "--prefill")) {
-            prefill = atoi(v), i++;
-        } else if (v && !strcmp(a, "--batches")) {
-            nb = 0;
-            for (char *s = argv[++i]; *s && nb < 16;) {
-                batches[nb++] = (int)strtol(s, &s, 10);
-                if (*s == ',') s++;
-                else if (*s) break;
+            usage(stdout);
+            rc = 0;
+            goto done;
+        }
+        if (a[0] != '-') {
+            if (what) {
+                fprintf(stderr, "cvllm bench ops: one part at a time ('%s' and '%s')\n", what, a);
+                goto done;
             }
-        } else {
-            usage();
-            return 2;
+            what = a;
+            continue;
+        }
+        static const char *const WITH_VALUE[] = {"--threads", "--isa", "--bw-gb", "--ctx", "--steps",
+                                                 "--repeat", "--prefill", "--kv-cache-dtype", "--batches"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof WITH_VALUE / sizeof *WITH_VALUE; k++) known |= !strcmp(a, WITH_VALUE[k]);
+        if (!known) {
+            rc = usage_error("unknown option '%s'", a);
+            goto done;
+        }
+        if (!(v = cli_value(argc, argv, &i))) goto done;
+        if (!strcmp(a, "--threads")) {
+            if (cli_int(a, v, 0, cli_num_cores(), &threads) < 0) goto done;
+        } else if (!strcmp(a, "--isa")) {
+            isa = !strcmp(v, "scalar") ? CPU_ISA_SCALAR
+                  : !strcmp(v, "avx2") ? CPU_ISA_AVX2
+                  : !strcmp(v, "avx512") ? CPU_ISA_AVX512 : -1;
+            if (isa < 0) {
+                rc = usage_error("--isa: expected scalar, avx2 or avx512, got '%s'", v);
+                goto done;
+            }
+            if (isa > (int)cpu_isa_best()) {
+                fprintf(stderr, "cvllm bench ops: --isa %s: this CPU (and build) supports up to %s\n", v,
+                        cpu_isa_name(cpu_isa_best()));
+                goto done;
+            }
+        } else if (!strcmp(a, "--bw-gb")) {
+            if (cli_float(a, v, 0.001, 1024, &bw_gb) < 0) goto done;
+        } else if (!strcmp(a, "--ctx")) {
+            if (cli_int(a, v, 1, 32768, &ctx) < 0) goto done;
+        } else if (!strcmp(a, "--steps")) {
+            if (cli_int(a, v, 1, 100000, &steps) < 0) goto done;
+        } else if (!strcmp(a, "--repeat")) {
+            if (cli_int(a, v, 1, 1000, &repeat) < 0) goto done;
+        } else if (!strcmp(a, "--prefill")) {
+            if (cli_int(a, v, 0, 16384, &prefill) < 0) goto done;
+        } else if (!strcmp(a, "--kv-cache-dtype")) {
+            if (!strcmp(v, "float32") || !strcmp(v, "f32")) g_kv_dtype = DTYPE_F32;
+            else if (!strcmp(v, "bfloat16") || !strcmp(v, "bf16")) g_kv_dtype = DTYPE_BF16;
+            else {
+                rc = usage_error("--kv-cache-dtype: expected float32 or bfloat16, got '%s'", v);
+                goto done;
+            }
+        } else { /* --batches */
+            free(batch_list);
+            batch_list = NULL;
+            if ((nb = cli_int_list(a, v, 1, 256, &batch_list)) < 0) goto done;
+            if (nb > 16) {
+                rc = usage_error("--batches: at most 16 batch sizes, got '%s'", v);
+                goto done;
+            }
+            batches = batch_list;
         }
     }
-    if (steps < 1 || ctx < 0 || nb < 1) {
-        usage();
-        return 2;
-    }
+    if (!what) what = "all";
     int all = !strcmp(what, "all");
     if (!all && strcmp(what, "bw") && strcmp(what, "matmul") && strcmp(what, "forward") &&
         strcmp(what, "sampler") && strcmp(what, "attention")) {
-        usage();
-        return 2;
+        rc = usage_error("unknown part '%s'", what);
+        goto done;
     }
-    ThreadPool *pool = threadpool_create(threads);
+    const double need = memory_needed(all, what, bw_gb * 1e9, (int)ctx, (int)steps, (int)prefill, batches, nb);
+    const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (have > 0 && need > 0.9 * have) {
+        fprintf(stderr, "cvllm bench ops: these options need about %.1f GB of memory; this machine has "
+                        "%.1f GB (lower --bw-gb, --ctx, --batches or --prefill)\n", need / 1e9, have / 1e9);
+        goto done;
+    }
+    if (isa >= 0) cpu_isa_set((CpuIsa)isa);
+    g_repeat = (int)repeat;
+    int batch_sizes[16];
+    for (int k = 0; k < nb; k++) batch_sizes[k] = batches[k];
+    ThreadPool *pool = threadpool_create((int)threads);
     printf("cpu: %d threads, isa %s (best %s)\n", threadpool_size(pool), cpu_isa_name(cpu_isa_get()),
            cpu_isa_name(cpu_isa_best()));
     if (all || !strcmp(what, "bw")) bench_bandwidth(pool, (int64_t)(bw_gb * 1e9), 7);
@@ -537,10 +594,13 @@ int bench_cpu_ops(int argc, char **argv) {
                 for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
                     bench_matmul_shape(pool, shapes[s].name, shapes[s].N, shapes[s].K, T, 3, packed);
     }
-    if (all || !strcmp(what, "attention")) bench_attention(pool, ctx);
+    if (all || !strcmp(what, "attention")) bench_attention(pool, (int)ctx);
     threadpool_destroy(pool);
     if (all || !strcmp(what, "sampler")) bench_sampler();
     if (all || !strcmp(what, "forward"))
-        bench_forward((int64_t)(bw_gb * 1e9), threads, batches, nb, ctx, steps, prefill);
-    return 0;
+        bench_forward((int64_t)(bw_gb * 1e9), (int)threads, batch_sizes, nb, (int)ctx, (int)steps, (int)prefill);
+    rc = 0;
+done:
+    free(batch_list);
+    return rc;
 }

@@ -1,0 +1,450 @@
+/* attention.cu: paged attention over the KV cache, read through the block tables.
+ * CPU twin: attention_cpu (src/backend/cpu/ops.c, the scalar attention_task): token t of sequence
+ * s attends to keys 0 .. pos(t) of s, key j at slot block_tables[s][j / bs] * bs + j % bs,
+ * out = softmax(q . K * scale) @ V with query head h on kv head h / (n_heads / n_kv_heads).
+ * Here the softmax is computed online (running max and sum, rescaled as keys arrive), which is
+ * the same function with a different rounding order.
+ *
+ * Decode (one query per sequence): a block of 4 warps per (sequence, kv head, chunk of up to 4 of
+ * its query heads, partition of the context). A warp's lanes are cut into groups of
+ * LANES = head_dim / VEC lanes, each lane holding VEC elements of a K or V row (16-byte loads of
+ * bf16 / f16 / f32), so a warp reads 32 / LANES keys at a time; each lane group keeps its own
+ * softmax state, merged across the warp by shuffles and across warps in shared memory. When
+ * sequences x kv heads would leave the GPU idle (small batches, long contexts), the context is
+ * split into partitions whose states are written to a workspace and merged by a second kernel.
+ *
+ * Prefill (varlen, causal, cached prefix): a block of 128 threads per (32-query tile, query head,
+ * sequence); key tiles of 32 are staged (as f32) in shared memory with the query tile, each
+ * thread owns a row's 8 scores and a quarter of its output, and the row's softmax state is kept
+ * by the four threads that share the row. The keys come from the cache (written by
+ * store_kvcache_cuda first), so a prefix-cache hit or an earlier chunk is read like any key. */
+#include "backend/cuda/cuda_util.cuh"
+
+#define DEC_WARPS 4
+#define DEC_QH 4 /* query heads per decode block */
+#define PRE_BQ 32
+#define PRE_BK 32
+
+__device__ __forceinline__ void store_out(void *out, DType adt, int64_t i, float v) {
+    if (adt == DTYPE_BF16)
+        ((__nv_bfloat16 *)out)[i] = __float2bfloat16_rn(v);
+    else if (adt == DTYPE_F16)
+        ((__half *)out)[i] = __float2half_rn(v);
+    else
+        ((float *)out)[i] = v;
+}
+
+/* Loads N elements of type C at p (aligned to N * sizeof(C) bytes, N * sizeof(C) a multiple of
+ * 16 or less than 16) into f[]. */
+template <typename C, int N> __device__ __forceinline__ void load_vec(const C *p, float *f) {
+    constexpr int BYTES = N * (int)sizeof(C);
+    if constexpr (BYTES % 16 == 0) {
+        constexpr int E = 16 / (int)sizeof(C);
+#pragma unroll
+        for (int c = 0; c < N / E; c++) {
+            uint4 u = *(const uint4 *)(p + c * E);
+            const C *e = (const C *)&u;
+#pragma unroll
+            for (int i = 0; i < E; i++)
+                f[c * E + i] = to_f32(e[i]);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            f[i] = to_f32(p[i]);
+    }
+}
+
+/* ================================================================== decode */
+
+template <typename C, int HD> struct DecShape {
+    static constexpr int VEC0 = 16 / (int)sizeof(C);
+    static constexpr int VEC = HD / VEC0 > 32 ? HD / 32 : (VEC0 > HD ? HD : VEC0);
+    static constexpr int LANES = HD / VEC; /* lanes per key: a power of two <= 32 */
+    static constexpr int KPW = 32 / LANES; /* keys per warp at a time */
+};
+
+template <typename C, int HD>
+__global__ void __launch_bounds__(DEC_WARPS * 32)
+    attention_decode_kernel(AttentionParams p, int num_parts, float *ws) {
+    using S = DecShape<C, HD>;
+    constexpr int VEC = S::VEC, LANES = S::LANES, KPW = S::KPW;
+    const int part = blockIdx.x, s = blockIdx.z;
+    const int group = p.n_heads / p.n_kv_heads, chunks = (group + DEC_QH - 1) / DEC_QH;
+    const int kvh = blockIdx.y / chunks, chunk = blockIdx.y % chunks;
+    const int h0 = kvh * group + chunk * DEC_QH;
+    const int nh = min(DEC_QH, group - chunk * DEC_QH);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int gi = lane / LANES, li = lane % LANES;
+    const int ctx = p.context_lens[s];
+    /* this sequence's context in num_parts even partitions (multiples of 32 keys), so that a
+     * graph captured for the longest context still spreads a short one over every block */
+    const int part_size = max(32, ((ctx + num_parts - 1) / num_parts + 31) / 32 * 32);
+    const int j0 = part * part_size, j1 = min(ctx, j0 + part_size);
+    const int t = p.cu_seqlens_q[s + 1] - 1; /* the sequence's query token */
+    /* hd: the real head_dim, HD the kernel's (the next size up): elements past hd are zeros
+     * in q, k and v, so they add nothing; 16-byte loads only when hd == HD */
+    const int hd = p.hd;
+    const bool full = hd == HD;
+    const int64_t kv_stride = (int64_t)p.n_kv_heads * hd;
+    const int32_t *table = p.block_tables + (int64_t)s * p.max_blocks_per_seq;
+    const C *kc = (const C *)p.k_cache, *vc = (const C *)p.v_cache;
+
+    float q[DEC_QH][VEC], acc[DEC_QH][VEC], m[DEC_QH], l[DEC_QH];
+#pragma unroll
+    for (int h = 0; h < DEC_QH; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+#pragma unroll
+        for (int v = 0; v < VEC; v++) {
+            acc[h][v] = 0.0f;
+            q[h][v] = h < nh && t >= 0 && li * VEC + v < hd
+                          ? p.q[(int64_t)t * p.ldq + (int64_t)(h0 + h) * hd + li * VEC + v]
+                          : 0.0f;
+        }
+    }
+    /* the loop bound is the same for the whole warp (the shuffles need every lane): a lane
+     * group past the end computes on zeros and throws the result away */
+    for (int jb = j0 + warp * KPW; jb < j1; jb += DEC_WARPS * KPW) {
+        const int j = jb + gi;
+        const bool valid = j < j1;
+        float k[VEC], v[VEC];
+        if (valid) {
+            const int64_t slot = (int64_t)table[j / p.block_size] * p.block_size + j % p.block_size;
+            const int64_t off = slot * kv_stride + (int64_t)kvh * hd + li * VEC;
+            if (full) {
+                load_vec<C, VEC>(kc + off, k);
+                load_vec<C, VEC>(vc + off, v);
+            } else {
+#pragma unroll
+                for (int e = 0; e < VEC; e++) {
+                    const bool in = li * VEC + e < hd;
+                    k[e] = in ? to_f32(kc[off + e]) : 0.0f;
+                    v[e] = in ? to_f32(vc[off + e]) : 0.0f;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                k[e] = v[e] = 0.0f;
+        }
+#pragma unroll
+        for (int h = 0; h < DEC_QH; h++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                d += q[h][e] * k[e];
+#pragma unroll
+            for (int o = LANES / 2; o > 0; o >>= 1)
+                d += __shfl_xor_sync(0xffffffffu, d, o);
+            if (!valid) continue;
+            const float sc = d * p.scale;
+            const float mn = fmaxf(m[h], sc);
+            const float corr = expf(m[h] - mn); /* m = -inf (first key): 0 */
+            const float pe = expf(sc - mn);
+            l[h] = l[h] * corr + pe;
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                acc[h][e] = acc[h][e] * corr + pe * v[e];
+            m[h] = mn;
+        }
+    }
+    /* merge the lane groups of the warp (the lanes of a group stay apart: xor offsets >= LANES) */
+#pragma unroll
+    for (int o = LANES; o < 32; o <<= 1) {
+#pragma unroll
+        for (int h = 0; h < DEC_QH; h++) {
+            const float mo = __shfl_xor_sync(0xffffffffu, m[h], o);
+            const float lo = __shfl_xor_sync(0xffffffffu, l[h], o);
+            const float mn = fmaxf(m[h], mo);
+            const float a = mn == -INFINITY ? 0.0f : expf(m[h] - mn);
+            const float b = mn == -INFINITY ? 0.0f : expf(mo - mn);
+            l[h] = l[h] * a + lo * b;
+#pragma unroll
+            for (int e = 0; e < VEC; e++) {
+                const float ao = __shfl_xor_sync(0xffffffffu, acc[h][e], o);
+                acc[h][e] = acc[h][e] * a + ao * b;
+            }
+            m[h] = mn;
+        }
+    }
+    /* merge the warps */
+    __shared__ float sm_m[DEC_WARPS][DEC_QH], sm_l[DEC_WARPS][DEC_QH];
+    __shared__ float sm_acc[DEC_WARPS][DEC_QH][HD];
+    if (gi == 0) {
+#pragma unroll
+        for (int h = 0; h < DEC_QH; h++) {
+            if (li == 0) sm_m[warp][h] = m[h], sm_l[warp][h] = l[h];
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                sm_acc[warp][h][li * VEC + e] = acc[h][e];
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nh * hd; i += blockDim.x) {
+        const int h = i / hd, d = i % hd;
+        float M = -INFINITY;
+        for (int w = 0; w < DEC_WARPS; w++)
+            M = fmaxf(M, sm_m[w][h]);
+        float L = 0.0f, A = 0.0f;
+        if (M != -INFINITY)
+            for (int w = 0; w < DEC_WARPS; w++) {
+                const float f = expf(sm_m[w][h] - M);
+                L += sm_l[w][h] * f;
+                A += sm_acc[w][h][d] * f;
+            }
+        const int head = h0 + h;
+        if (num_parts == 1) {
+            if (t >= 0)
+                store_out(p.out, p.adt, (int64_t)t * p.n_heads * hd + (int64_t)head * hd + d,
+                          L > 0.0f ? A / L : 0.0f);
+        } else {
+            const int64_t r = ((int64_t)s * p.n_heads + head) * num_parts + part;
+            float *ml = ws, *wacc = ws + (int64_t)p.num_seqs * p.n_heads * num_parts * 2;
+            if (d == 0) ml[2 * r] = M, ml[2 * r + 1] = L;
+            wacc[r * hd + d] = A;
+        }
+    }
+}
+
+/* Merges the partitions of each (sequence, query head): a block per pair, a thread per element. */
+__global__ void attention_decode_merge_kernel(AttentionParams p, int num_parts, const float *ws) {
+    const int h = blockIdx.x, s = blockIdx.y, HD = p.hd;
+    const int t = p.cu_seqlens_q[s + 1] - 1;
+    if (t < 0) return;
+    const int64_t r0 = ((int64_t)s * p.n_heads + h) * num_parts;
+    const float *ml = ws, *wacc = ws + (int64_t)p.num_seqs * p.n_heads * num_parts * 2;
+    float M = -INFINITY;
+    for (int i = 0; i < num_parts; i++)
+        M = fmaxf(M, ml[2 * (r0 + i)]);
+    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+        float L = 0.0f, A = 0.0f;
+        if (M != -INFINITY)
+            for (int i = 0; i < num_parts; i++) {
+                const float mi = ml[2 * (r0 + i)];
+                if (mi == -INFINITY) continue;
+                const float f = expf(mi - M);
+                L += ml[2 * (r0 + i) + 1] * f;
+                A += wacc[(r0 + i) * HD + d] * f;
+            }
+        store_out(p.out, p.adt, (int64_t)t * p.n_heads * HD + (int64_t)h * HD + d,
+                  L > 0.0f ? A / L : 0.0f);
+    }
+}
+
+extern "C" int attention_cuda_supported(int hd) {
+    return hd >= 2 && hd <= 256 && hd % 2 == 0;
+}
+
+extern "C" size_t attention_decode_ws_bytes(int num_seqs, int n_heads, int hd, int num_parts) {
+    if (num_parts <= 1) return 0;
+    return (size_t)num_seqs * n_heads * num_parts * (hd + 2) * sizeof(float);
+}
+
+extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms) {
+    const int group = p->n_heads / p->n_kv_heads, chunks = (group + DEC_QH - 1) / DEC_QH;
+    const int64_t blocks = (int64_t)p->num_seqs * p->n_kv_heads * chunks;
+    int want = (int)((2 * (int64_t)num_sms + blocks - 1) / blocks); /* two blocks per SM */
+    const int by_ctx = (p->max_seqlen_k + 255) / 256;               /* >= 256 keys a part */
+    if (want > by_ctx) want = by_ctx;
+    if (want > 64) want = 64;
+    return want < 1 ? 1 : want;
+}
+
+template <typename C, int HD>
+static void launch_decode(const AttentionParams &p, int num_parts, float *ws, cudaStream_t stream) {
+    const int group = p.n_heads / p.n_kv_heads, chunks = (group + DEC_QH - 1) / DEC_QH;
+    dim3 grid(num_parts, p.n_kv_heads * chunks, p.num_seqs);
+    attention_decode_kernel<C, HD><<<grid, DEC_WARPS * 32, 0, stream>>>(p, num_parts, ws);
+}
+
+/* the kernel size for a head_dim: the next of 16, 32, 64, 128, 256 */
+static int padded_hd(int hd) {
+    int h = 16;
+    while (h < hd)
+        h *= 2;
+    return h;
+}
+#define DISPATCH_HD(hd, HDC, ...)                                                                  \
+    switch (padded_hd(hd)) {                                                                       \
+    case 16: {                                                                                     \
+        constexpr int HDC = 16;                                                                    \
+        __VA_ARGS__;                                                                               \
+        break;                                                                                     \
+    }                                                                                              \
+    case 32: {                                                                                     \
+        constexpr int HDC = 32;                                                                    \
+        __VA_ARGS__;                                                                               \
+        break;                                                                                     \
+    }                                                                                              \
+    case 64: {                                                                                     \
+        constexpr int HDC = 64;                                                                    \
+        __VA_ARGS__;                                                                               \
+        break;                                                                                     \
+    }                                                                                              \
+    case 128: {                                                                                    \
+        constexpr int HDC = 128;                                                                   \
+        __VA_ARGS__;                                                                               \
+        break;                                                                                     \
+    }                                                                                              \
+    case 256: {                                                                                    \
+        constexpr int HDC = 256;                                                                   \
+        __VA_ARGS__;                                                                               \
+        break;                                                                                     \
+    }                                                                                              \
+    default:                                                                                       \
+        break;                                                                                     \
+    }
+
+static int check_params(const AttentionParams *p) {
+    if (!attention_cuda_supported(p->hd) || p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads)
+        return cvllm_errorf(CVLLM_EUNSUPPORTED,
+                            "cuda attention: head_dim %d with %d heads / %d kv heads (supported: "
+                            "an even head_dim up to 256, heads a multiple of kv heads)",
+                            p->hd, p->n_heads, p->n_kv_heads);
+    return 0;
+}
+
+extern "C" int attention_decode_cuda(const AttentionParams *p, int num_parts, void *d_ws,
+                                     cudaStream_t stream) {
+    int rc = check_params(p);
+    if (rc) return rc;
+    if (p->num_seqs <= 0) return 0;
+    if (num_parts < 1) num_parts = 1;
+    if (num_parts > 1 && !d_ws)
+        return cvllm_errorf(CVLLM_EINVAL, "cuda attention: %d partitions need a workspace",
+                            num_parts);
+    float *ws = (float *)d_ws;
+    DISPATCH_DTYPE(p->kvdt, C,
+                   DISPATCH_HD(p->hd, HDC, launch_decode<C, HDC>(*p, num_parts, ws, stream)));
+    CUDA_LAUNCH_TRY();
+    if (num_parts > 1) {
+        dim3 grid(p->n_heads, p->num_seqs);
+        const int threads = p->hd < 32 ? 32 : p->hd;
+        attention_decode_merge_kernel<<<grid, threads, 0, stream>>>(*p, num_parts, ws);
+        CUDA_LAUNCH_TRY();
+    }
+    return 0;
+}
+
+/* ================================================================== prefill */
+
+template <int HD> struct PreSmem {
+    static constexpr int LD = HD + 1; /* padded rows: the 8 rows a warp reads hit 8 banks */
+    static constexpr size_t BYTES =
+        ((size_t)(PRE_BQ + 2 * PRE_BK) * LD + (size_t)PRE_BQ * (PRE_BK + 1)) * sizeof(float);
+};
+
+template <typename C, int HD>
+__global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams p) {
+    constexpr int LD = PreSmem<HD>::LD, ND = HD / 4;
+    extern __shared__ float smem[];
+    float *Qs = smem, *Ks = Qs + PRE_BQ * LD, *Vs = Ks + PRE_BK * LD, *Ps = Vs + PRE_BK * LD;
+    const int s = blockIdx.z, h = blockIdx.y, tile0 = blockIdx.x * PRE_BQ;
+    const int q0 = p.cu_seqlens_q[s], qlen = p.cu_seqlens_q[s + 1] - q0;
+    if (tile0 >= qlen) return;
+    const int ctx = p.context_lens[s], kvh = h / (p.n_heads / p.n_kv_heads);
+    const int rows = min(PRE_BQ, qlen - tile0);
+    const int hd = p.hd; /* <= HD: the columns past it stay zero in Qs, Ks, Vs */
+    const int64_t kv_stride = (int64_t)p.n_kv_heads * hd;
+    const int32_t *table = p.block_tables + (int64_t)s * p.max_blocks_per_seq;
+    const C *kc = (const C *)p.k_cache, *vc = (const C *)p.v_cache;
+    const int r = threadIdx.x >> 2, c = threadIdx.x & 3;
+    const int pos = ctx - qlen + tile0 + r;     /* this row's position: it sees keys 0 .. pos */
+    const int kmax = ctx - qlen + tile0 + rows; /* keys the tile needs */
+
+    for (int i = threadIdx.x; i < PRE_BQ * HD; i += blockDim.x) {
+        const int rr = i / HD, d = i % HD;
+        Qs[rr * LD + d] = rr < rows && d < hd
+                              ? p.q[(int64_t)(q0 + tile0 + rr) * p.ldq + (int64_t)h * hd + d]
+                              : 0.0f;
+    }
+    float o[ND], m = -INFINITY, l = 0.0f;
+#pragma unroll
+    for (int k = 0; k < ND; k++)
+        o[k] = 0.0f;
+
+    for (int kt = 0; kt < kmax; kt += PRE_BK) {
+        __syncthreads(); /* the previous tile's K/V/P are no longer read */
+        for (int i = threadIdx.x; i < PRE_BK * HD; i += blockDim.x) {
+            const int j = i / HD, d = i % HD, key = kt + j;
+            float kv = 0.0f, vv = 0.0f;
+            if (key < kmax && d < hd) {
+                const int64_t slot =
+                    (int64_t)table[key / p.block_size] * p.block_size + key % p.block_size;
+                kv = to_f32(kc[slot * kv_stride + (int64_t)kvh * hd + d]);
+                vv = to_f32(vc[slot * kv_stride + (int64_t)kvh * hd + d]);
+            }
+            Ks[j * LD + d] = kv;
+            Vs[j * LD + d] = vv;
+        }
+        __syncthreads();
+        float sc[PRE_BK / 4], mt = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < PRE_BK / 4; i++) {
+            const int j = c + 4 * i, key = kt + j;
+            float d = 0.0f;
+#pragma unroll 8
+            for (int e = 0; e < HD; e++)
+                d += Qs[r * LD + e] * Ks[j * LD + e];
+            sc[i] = (key <= pos && key < kmax && r < rows) ? d * p.scale : -INFINITY;
+            mt = fmaxf(mt, sc[i]);
+        }
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+        const float mn = fmaxf(m, mt);
+        const float corr = mn == -INFINITY ? 0.0f : expf(m - mn);
+        float ps = 0.0f;
+#pragma unroll
+        for (int i = 0; i < PRE_BK / 4; i++) {
+            const float pe = sc[i] == -INFINITY ? 0.0f : expf(sc[i] - mn);
+            Ps[r * (PRE_BK + 1) + c + 4 * i] = pe;
+            ps += pe;
+        }
+        ps += __shfl_xor_sync(0xffffffffu, ps, 1);
+        ps += __shfl_xor_sync(0xffffffffu, ps, 2);
+        l = l * corr + ps;
+        m = mn;
+        __syncwarp(); /* a row's P is written and read by the four lanes that share it */
+#pragma unroll
+        for (int k = 0; k < ND; k++) {
+            const int d = c + 4 * k;
+            float a = o[k] * corr;
+#pragma unroll 8
+            for (int j = 0; j < PRE_BK; j++)
+                a += Ps[r * (PRE_BK + 1) + j] * Vs[j * LD + d];
+            o[k] = a;
+        }
+    }
+    if (r < rows) {
+        const int64_t base = (int64_t)(q0 + tile0 + r) * p.n_heads * hd + (int64_t)h * hd;
+#pragma unroll
+        for (int k = 0; k < ND; k++)
+            if (c + 4 * k < hd)
+                store_out(p.out, p.adt, base + c + 4 * k, l > 0.0f ? o[k] / l : 0.0f);
+    }
+}
+
+template <typename C, int HD>
+static int launch_prefill(const AttentionParams &p, cudaStream_t stream) {
+    const size_t smem = PreSmem<HD>::BYTES;
+    static int attr_set = 0; /* per instantiation; the limit is a property of the function */
+    if (smem > 48 * 1024 && !attr_set) {
+        CUDA_TRY(cudaFuncSetAttribute(attention_prefill_kernel<C, HD>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        attr_set = 1;
+    }
+    dim3 grid((p.max_seqlen_q + PRE_BQ - 1) / PRE_BQ, p.n_heads, p.num_seqs);
+    attention_prefill_kernel<C, HD><<<grid, 128, smem, stream>>>(p);
+    return 0;
+}
+
+extern "C" int attention_prefill_cuda(const AttentionParams *p, cudaStream_t stream) {
+    int rc = check_params(p);
+    if (rc) return rc;
+    if (p->num_seqs <= 0 || p->max_seqlen_q <= 0) return 0;
+    DISPATCH_DTYPE(p->kvdt, C, DISPATCH_HD(p->hd, HDC, rc = launch_prefill<C, HDC>(*p, stream)));
+    if (rc) return rc;
+    CUDA_LAUNCH_TRY();
+    return 0;
+}

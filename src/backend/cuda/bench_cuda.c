@@ -1,0 +1,365 @@
+/* bench_cuda.c: `cvllm bench ops --device cuda [gemm|attention|decode|all]`: the CUDA backend's
+ * own figures on this GPU, timed with CUDA events (median of repeats after a warm-up):
+ *   gemm       the qwen3-0.6b products (bf16 in, f32 out, cuBLASLt) at T tokens: TFLOP/s, GB/s
+ *   attention  paged decode attention (16 heads / 8 kv heads, head_dim 128, bf16 cache) at batch
+ *              B over a context of C tokens: GB/s of K/V read; prefill attention of one sequence
+ *   decode     a whole decode step of a synthetic qwen3-0.6b (random bf16 weights, one buffer
+ *              shared by every tensor) through the backend itself, with and without CUDA graphs
+ * Reached only through the backend registry (BackendEntry.bench_ops). */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/kernels.h"
+#include "common.h"
+
+#define BCHECK(x)                                                                                  \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "bench: %s: %s\n", #x, cudaGetErrorString(e_));                        \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+#define BOK(x)                                                                                     \
+    do {                                                                                           \
+        if ((x) != 0) {                                                                            \
+            fprintf(stderr, "bench: %s: %s\n", #x, cvllm_last_error());                            \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void fill_random_bf16(void *d, size_t n) {
+    uint16_t *h = xmalloc(n * 2);
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        h[i] = f32_to_bf16(((float)(s >> 40) / 16777216.0f - 0.5f) * 0.1f);
+    }
+    cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice);
+    free(h);
+}
+
+/* median milliseconds of reps launches of what fn enqueues */
+typedef int (*LaunchFn)(void *ctx, cudaStream_t st);
+static float time_ms(LaunchFn fn, void *ctx, cudaStream_t st, int reps) {
+    cudaEvent_t a, b;
+    cudaEventCreate(&a), cudaEventCreate(&b);
+    for (int i = 0; i < 3; i++)
+        fn(ctx, st);
+    float *t = xmalloc(reps * sizeof(float));
+    for (int i = 0; i < reps; i++) {
+        cudaEventRecord(a, st);
+        fn(ctx, st);
+        cudaEventRecord(b, st);
+        cudaEventSynchronize(b);
+        cudaEventElapsedTime(&t[i], a, b);
+    }
+    qsort(t, reps, sizeof(float), cmp_float);
+    float med = t[reps / 2];
+    free(t);
+    cudaEventDestroy(a), cudaEventDestroy(b);
+    return med;
+}
+
+/* ---------------------------------------------------------------- gemm */
+
+typedef struct {
+    CudaGemm *g;
+    float *y;
+    void *x, *w;
+    int T, N, K;
+} GemmCtx;
+static int gemm_launch(void *ctx, cudaStream_t st) {
+    GemmCtx *c = ctx;
+    return gemm_cuda(c->g, c->y, c->N, c->x, c->w, DTYPE_BF16, c->T, c->N, c->K, st);
+}
+
+static int bench_gemm(cudaStream_t st) {
+    const int shapes[][2] = {
+        {4096, 1024}, {1024, 2048}, {6144, 1024}, {1024, 3072}, {151936, 1024}};
+    const char *names[] = {"qkv", "o_proj", "gate_up", "down", "lm_head"};
+    const int Ts[] = {1, 16, 64, 256, 2048, 8192};
+    void *ws, *x, *w;
+    float *y;
+    BCHECK(cudaMalloc(&ws, 32 << 20));
+    BCHECK(cudaMalloc(&x, (size_t)8192 * 3072 * 2));
+    BCHECK(cudaMalloc(&w, (size_t)151936 * 1024 * 2));
+    BCHECK(
+        cudaMalloc((void **)&y, (size_t)8192 * 151936 * 4 / 4)); /* lm_head only up to 2048 rows */
+    fill_random_bf16(x, (size_t)8192 * 3072);
+    fill_random_bf16(w, (size_t)151936 * 1024);
+    CudaGemm *g;
+    BOK(gemm_create(&g, ws, 32 << 20));
+    printf("gemm (bf16 in, f32 accumulate and out, cuBLASLt): ms, TFLOP/s, GB/s of weights\n");
+    for (int si = 0; si < 5; si++)
+        for (int ti = 0; ti < 6; ti++) {
+            const int T = Ts[ti], N = shapes[si][0], K = shapes[si][1];
+            if (si == 4 && T > 2048) continue;
+            GemmCtx c = {g, y, x, w, T, N, K};
+            float ms = time_ms(gemm_launch, &c, st, 20);
+            printf("  %-8s T %5d  [%6d x %4d]  %8.4f ms  %7.1f TFLOP/s  %7.0f GB/s\n", names[si], T,
+                   N, K, ms, 2.0 * T * N * K / (ms * 1e9), (double)N * K * 2 / (ms * 1e6));
+        }
+    gemm_destroy(g);
+    cudaFree(ws), cudaFree(x), cudaFree(w), cudaFree(y);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- attention */
+
+typedef struct {
+    AttentionParams p;
+    int parts, decode;
+    void *ws;
+} AttnCtx;
+static int attn_launch(void *ctx, cudaStream_t st) {
+    AttnCtx *c = ctx;
+    return c->decode ? attention_decode_cuda(&c->p, c->parts, c->ws, st)
+                     : attention_prefill_cuda(&c->p, st);
+}
+
+static int bench_attention(int num_sms, cudaStream_t st) {
+    const int nh = 16, nkv = 8, hd = 128, bs = 16, Cmax = 8192, Bmax = 64;
+    const int nblocks = Bmax * Cmax / bs;
+    void *k, *v, *q, *out, *ws;
+    int32_t *tables, *cu, *ctx;
+    const size_t cache = (size_t)nblocks * bs * nkv * hd;
+    BCHECK(cudaMalloc(&k, cache * 2));
+    BCHECK(cudaMalloc(&v, cache * 2));
+    BCHECK(cudaMalloc(&q, (size_t)Cmax * (nh + 2 * nkv) * hd * 4));
+    BCHECK(cudaMalloc(&out, (size_t)Cmax * nh * hd * 2));
+    BCHECK(cudaMalloc(&ws, (size_t)(Bmax + 2 * num_sms) * nh * (hd + 2) * 4 * 2));
+    fill_random_bf16(k, cache);
+    fill_random_bf16(v, cache);
+    cudaMemset(q, 0, (size_t)Cmax * (nh + 2 * nkv) * hd * 4);
+    int32_t *ht = xmalloc((size_t)Bmax * (Cmax / bs) * 4), hcu[Bmax + 1], hctx[Bmax];
+    for (int i = 0; i < Bmax * (Cmax / bs); i++)
+        ht[i] = (int32_t)(((int64_t)i * 7919) % nblocks);
+    BCHECK(cudaMalloc((void **)&tables, (size_t)Bmax * (Cmax / bs) * 4));
+    BCHECK(cudaMalloc((void **)&cu, (Bmax + 1) * 4));
+    BCHECK(cudaMalloc((void **)&ctx, Bmax * 4));
+    cudaMemcpy(tables, ht, (size_t)Bmax * (Cmax / bs) * 4, cudaMemcpyHostToDevice);
+    printf("decode attention (16 heads / 8 kv heads, head_dim 128, bf16 cache, block 16): ms, GB/s "
+           "of K+V\n");
+    const int Bs[] = {1, 16, 64}, Cs[] = {512, 2048, 8192};
+    for (int bi = 0; bi < 3; bi++)
+        for (int ci = 0; ci < 3; ci++) {
+            const int B = Bs[bi], C = Cs[ci];
+            for (int i = 0; i <= B; i++)
+                hcu[i] = i;
+            for (int i = 0; i < B; i++)
+                hctx[i] = C;
+            cudaMemcpy(cu, hcu, (B + 1) * 4, cudaMemcpyHostToDevice);
+            cudaMemcpy(ctx, hctx, B * 4, cudaMemcpyHostToDevice);
+            AttnCtx a = {.p = {.q = q,
+                               .ldq = (nh + 2 * nkv) * hd,
+                               .out = out,
+                               .adt = DTYPE_BF16,
+                               .k_cache = k,
+                               .v_cache = v,
+                               .kvdt = DTYPE_BF16,
+                               .n_heads = nh,
+                               .n_kv_heads = nkv,
+                               .hd = hd,
+                               .block_size = bs,
+                               .scale = 0.088f,
+                               .num_seqs = B,
+                               .cu_seqlens_q = cu,
+                               .context_lens = ctx,
+                               .block_tables = tables,
+                               .max_blocks_per_seq = Cmax / bs,
+                               .max_seqlen_q = 1,
+                               .max_seqlen_k = C},
+                         .decode = 1,
+                         .ws = ws};
+            a.parts = attention_decode_num_parts(&a.p, num_sms);
+            float ms = time_ms(attn_launch, &a, st, 20);
+            printf("  B %3d  context %5d  parts %2d  %8.4f ms  %7.0f GB/s\n", B, C, a.parts, ms,
+                   2.0 * B * C * nkv * hd * 2 / (ms * 1e6));
+        }
+    printf("prefill attention (one sequence, causal, same heads): ms, TFLOP/s\n");
+    const int Ps[] = {512, 2048, 8192};
+    for (int pi = 0; pi < 3; pi++) {
+        const int P = Ps[pi];
+        hcu[0] = 0, hcu[1] = P, hctx[0] = P;
+        cudaMemcpy(cu, hcu, 2 * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(ctx, hctx, 4, cudaMemcpyHostToDevice);
+        AttnCtx a = {.p = {.q = q,
+                           .ldq = (nh + 2 * nkv) * hd,
+                           .out = out,
+                           .adt = DTYPE_BF16,
+                           .k_cache = k,
+                           .v_cache = v,
+                           .kvdt = DTYPE_BF16,
+                           .n_heads = nh,
+                           .n_kv_heads = nkv,
+                           .hd = hd,
+                           .block_size = bs,
+                           .scale = 0.088f,
+                           .num_seqs = 1,
+                           .cu_seqlens_q = cu,
+                           .context_lens = ctx,
+                           .block_tables = tables,
+                           .max_blocks_per_seq = Cmax / bs,
+                           .max_seqlen_q = P,
+                           .max_seqlen_k = P},
+                     .decode = 0};
+        float ms = time_ms(attn_launch, &a, st, 5);
+        printf("  tokens %5d  %8.3f ms  %6.2f TFLOP/s\n", P, ms,
+               4.0 * nh * hd * (double)P * P / 2 / (ms * 1e9));
+    }
+    free(ht);
+    cudaFree(k), cudaFree(v), cudaFree(q), cudaFree(out), cudaFree(ws), cudaFree(tables),
+        cudaFree(cu), cudaFree(ctx);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- a whole decode step */
+
+static const char *QWEN3_06B =
+    "{\"architectures\": [\"Qwen3ForCausalLM\"], \"vocab_size\": 151936, \"hidden_size\": 1024,"
+    " \"intermediate_size\": 3072, \"num_hidden_layers\": 28, \"num_attention_heads\": 16,"
+    " \"num_key_value_heads\": 8, \"head_dim\": 128, \"rms_norm_eps\": 1e-6, \"rope_theta\": "
+    "1000000,"
+    " \"max_position_embeddings\": 40960, \"tie_word_embeddings\": true, \"torch_dtype\": "
+    "\"bfloat16\"}";
+
+static int bench_decode(void) {
+    ModelConfig cfg;
+    BOK(config_parse(QWEN3_06B, NULL, &cfg));
+    const int H = cfg.hidden_size, I = cfg.intermediate_size, L = cfg.num_hidden_layers;
+    const size_t big = (size_t)cfg.vocab_size * H;
+    uint16_t *buf = xmalloc(big * 2), *ones = xmalloc((size_t)I * 2);
+    uint64_t s = 0x853C49E6748FEA9Bull;
+    for (size_t i = 0; i < big; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        buf[i] = f32_to_bf16(((float)(s >> 40) / 16777216.0f - 0.5f) * 0.1f);
+    }
+    for (int i = 0; i < I; i++)
+        ones[i] = f32_to_bf16(1.0f);
+    ModelWeights w = {0};
+    w.layers = xcalloc((size_t)L, sizeof(LayerWeights));
+#define T2(r, c) ((Tensor){buf, DTYPE_BF16, (r), (c)})
+#define V1(n) ((Tensor){ones, DTYPE_BF16, 1, (n)})
+    w.embed_tokens = w.lm_head = T2(cfg.vocab_size, H);
+    w.norm = V1(H);
+    const int qd = cfg.num_attention_heads * cfg.head_dim,
+              kvd = cfg.num_key_value_heads * cfg.head_dim;
+    for (int l = 0; l < L; l++) {
+        LayerWeights *lw = &w.layers[l];
+        lw->input_layernorm = lw->post_attention_layernorm = V1(H);
+        lw->q_norm = lw->k_norm = V1(cfg.head_dim);
+        lw->q_proj = T2(qd, H), lw->k_proj = lw->v_proj = T2(kvd, H), lw->o_proj = T2(H, qd);
+        lw->gate_proj = lw->up_proj = T2(I, H), lw->down_proj = T2(H, I);
+    }
+    const int C = 512, bs = 16, Bs[] = {1, 8, 16, 64, 128};
+    printf("decode step, synthetic qwen3-0.6b (bf16, tied lm_head), context %d, sampling greedy "
+           "included: ms per step, tokens/s\n",
+           C);
+    for (int eager = 0; eager < 2; eager++) {
+        BackendOptions o = {.max_num_tokens = 2048,
+                            .max_num_seqs = 128,
+                            .max_model_len = 4096,
+                            .block_size = bs,
+                            .enforce_eager = eager,
+                            .tp_size = 1,
+                            .verbose = 1};
+        const BackendEntry *be = backend_find("cuda");
+        Backend *b;
+        double t0 = now_seconds();
+        BOK(be->create(&cfg, &w, &o, &b));
+        const int nb = 128 * (C / bs + 1);
+        KVCacheSpec spec = {.num_blocks = nb, .block_size = bs, .dtype = DTYPE_BF16};
+        b->kv_budget_bytes(b);
+        BOK(b->init_kv_cache(b, &spec));
+        BOK(b->warmup(b));
+        printf("  %s: start-up (upload, warm-up, KV, graphs) %.2f s\n", eager ? "eager" : "graphs",
+               now_seconds() - t0);
+        for (int bi = 0; bi < 5; bi++) {
+            const int B = Bs[bi], mb = C / bs + 1;
+            int32_t *ids = xcalloc(B, 4), *pos = xmalloc(B * 4), *cu = xmalloc((B + 1) * 4),
+                    *ctx = xmalloc(B * 4), *tab = xmalloc((size_t)B * mb * 4), *li = xmalloc(B * 4);
+            int64_t *slot = xmalloc(B * 8);
+            SamplingRow *rows = xcalloc(B, sizeof *rows);
+            for (int i = 0; i < B; i++) {
+                pos[i] = C - 1, cu[i] = i, ctx[i] = C, li[i] = i;
+                for (int j = 0; j < mb; j++)
+                    tab[i * mb + j] = i * mb + j;
+                slot[i] = (int64_t)tab[i * mb + (C - 1) / bs] * bs + (C - 1) % bs;
+                rows[i] = (SamplingRow){
+                    .temperature = 0, .top_p = 1, .repetition_penalty = 1, .num_logprobs = -1};
+            }
+            cu[B] = B;
+            StepInputs in = {.num_tokens = B,
+                             .num_seqs = B,
+                             .input_ids = ids,
+                             .positions = pos,
+                             .slot_mapping = slot,
+                             .cu_seqlens_q = cu,
+                             .cu_seqlens_k = NULL,
+                             .max_seqlen_q = 1,
+                             .max_seqlen_k = C,
+                             .context_lens = ctx,
+                             .block_tables = tab,
+                             .max_blocks_per_seq = mb,
+                             .logits_indices = li,
+                             .num_logits = B,
+                             .sampling = rows};
+            int32_t *cuk = xmalloc((B + 1) * 4);
+            for (int i = 0; i <= B; i++)
+                cuk[i] = i * C;
+            in.cu_seqlens_k = cuk;
+            int32_t *tok = xmalloc(B * 4);
+            StepOutputs out = {.token_ids = tok};
+            for (int i = 0; i < 3; i++)
+                BOK(b->forward(b, &in, &out));
+            const int reps = 30;
+            float *t = xmalloc(reps * sizeof(float));
+            for (int i = 0; i < reps; i++) {
+                double a = now_seconds();
+                BOK(b->forward(b, &in, &out));
+                t[i] = (float)((now_seconds() - a) * 1e3);
+            }
+            qsort(t, reps, sizeof(float), cmp_float);
+            printf("    B %3d  %7.3f ms  %8.0f tokens/s\n", B, t[reps / 2], B * 1e3 / t[reps / 2]);
+            free(ids), free(pos), free(cu), free(ctx), free(tab), free(li), free(slot), free(rows),
+                free(cuk), free(tok), free(t);
+        }
+        b->destroy(b);
+    }
+    free(w.layers), free(buf), free(ones);
+    return 0;
+}
+
+int bench_cuda_ops(int argc, char **argv) {
+    const char *what = argc > 1 ? argv[1] : "all";
+    char desc[256];
+    const BackendEntry *be = backend_find("cuda");
+    if (!be || !be->probe(desc, sizeof desc)) {
+        fprintf(stderr, "cvllm bench ops --device cuda: %s\n", be ? desc : "not compiled in");
+        return 1;
+    }
+    printf("%s\n", desc);
+    struct cudaDeviceProp p;
+    BCHECK(cudaGetDeviceProperties(&p, 0));
+    cudaStream_t st;
+    BCHECK(cudaStreamCreate(&st));
+    int rc = 0, any = 0;
+    if (!strcmp(what, "all") || !strcmp(what, "gemm")) any = 1, rc |= bench_gemm(st);
+    if (!strcmp(what, "all") || !strcmp(what, "attention"))
+        any = 1, rc |= bench_attention(p.multiProcessorCount, st);
+    if (!strcmp(what, "all") || !strcmp(what, "decode")) any = 1, rc |= bench_decode();
+    cudaStreamDestroy(st);
+    if (!any) {
+        fprintf(stderr, "usage: cvllm bench ops --device cuda [gemm|attention|decode|all]\n");
+        return 2;
+    }
+    return rc;
+}

@@ -1,0 +1,224 @@
+/* elementwise.cu: the per-token kernels between the matrix products. Each mirrors a CPU function
+ * (named at the launcher in kernels.h and below) with the same arithmetic in f32; only the order
+ * of the sums of squares differs (a block reduction instead of a loop).
+ *   embedding_cuda        <- cpu_to_f32 of an embed_tokens row (cpu_forward)
+ *   residual_rmsnorm_cuda <- residual_norm (backend_cpu.c): x += add; rmsnorm_cpu
+ *   add_bias_cuda         <- matmul_rows_scalar's "+ bias[n]"
+ *   qk_norm_rope_cuda     <- qk_rope_store_job: rmsnorm_cpu per head, rope_cos_sin_cpu,
+ * rope_apply_cpu store_kvcache_cuda    <- qk_rope_store_job's store (slot -1: nothing written)
+ *   silu_mul_cuda         <- silu_mul_cpu
+ *   gather_rows_cuda      <- the logits_indices rows of cpu_forward */
+#include <stdio.h>
+
+#include "backend/cuda/cuda_util.cuh"
+
+extern "C" int cuda_error(cudaError_t e, const char *file, int line, const char *what) {
+    return cvllm_errorf(CVLLM_EBACKEND, "cuda backend: %s:%d: %s: %s (%s)", file, line, what,
+                        cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/* ------------------------------------------------------------------ embedding */
+
+template <typename T>
+__global__ void embedding_kernel(float *x, const T *embed, const int32_t *ids, int H) {
+    const int t = blockIdx.x;
+    const T *row = embed + (int64_t)ids[t] * H;
+    float *y = x + (int64_t)t * H;
+    for (int i = threadIdx.x; i < H; i += blockDim.x)
+        y[i] = to_f32(row[i]);
+}
+
+extern "C" int embedding_cuda(float *d_x, const void *d_embed, DType edt, const int32_t *d_ids,
+                              int T, int H, cudaStream_t stream) {
+    if (T <= 0) return 0;
+    DISPATCH_DTYPE(edt, E,
+                   embedding_kernel<E><<<T, 256, 0, stream>>>(d_x, (const E *)d_embed, d_ids, H));
+    CUDA_LAUNCH_TRY();
+    return 0;
+}
+
+/* ------------------------------------------------------------------ residual + rmsnorm */
+
+/* Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it. */
+__device__ float block_sum(float v) {
+    __shared__ float part[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* part[] may still be read by a previous call */
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    v = lane < nw ? part[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+template <typename A>
+__global__ void residual_rmsnorm_kernel(float *x, const float *add, const float *w, A *h, int H,
+                                        float eps) {
+    const int64_t t = blockIdx.x;
+    float *xr = x + t * H;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < H; i += blockDim.x) {
+        float v = xr[i];
+        if (add) {
+            v += add[t * H + i];
+            xr[i] = v;
+        }
+        ss += v * v;
+    }
+    if (!h) return;
+    ss = block_sum(ss);
+    const float r = 1.0f / sqrtf(ss / (float)H + eps);
+    for (int i = threadIdx.x; i < H; i += blockDim.x)
+        h[t * H + i] = from_f32<A>((xr[i] * r) * w[i]);
+}
+
+extern "C" int residual_rmsnorm_cuda(float *d_x, const float *d_add, const float *d_w, void *d_h,
+                                     DType adt, int T, int H, float eps, cudaStream_t stream) {
+    if (T <= 0) return 0;
+    const int threads = H >= 1024 ? 1024 : (H + 31) / 32 * 32;
+    DISPATCH_DTYPE(adt, A,
+                   residual_rmsnorm_kernel<A>
+                   <<<T, threads, 0, stream>>>(d_x, d_add, d_w, (A *)d_h, H, eps));
+    CUDA_LAUNCH_TRY();
+    return 0;
+}
+
+/* ------------------------------------------------------------------ bias */
+
+__global__ void add_bias_kernel(float *y, int64_t ld, const float *bias, int N) {
+    const int64_t t = blockIdx.x;
+    for (int n = threadIdx.x; n < N; n += blockDim.x)
+        y[t * ld + n] += bias[n];
+}
+
+extern "C" int add_bias_cuda(float *d_y, int64_t ld, const float *d_bias, int T, int N,
+                             cudaStream_t stream) {
+    if (T <= 0) return 0;
+    add_bias_kernel<<<T, 256, 0, stream>>>(d_y, ld, d_bias, N);
+    CUDA_LAUNCH_TRY();
+    return 0;
+}
+
+/* ------------------------------------------------------------------ q/k norm + rope */
+
+/* A block per token, a warp per head (q heads then k heads). */
+__global__ void qk_norm_rope_kernel(float *qkv, int64_t ld, const int32_t *positions,
+                                    const float *inv_freq, const float *q_norm, const float *k_norm,
+                                    int n_heads, int n_kv_heads, int hd, float eps) {
+    const int64_t t = blockIdx.x;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int half = hd / 2;
+    const float pos = (float)positions[t];
+    for (int h = warp; h < n_heads + n_kv_heads; h += nw) {
+        float *v = qkv + t * ld + (int64_t)h * hd; /* k heads follow the q heads */
+        const float *nw_ = h < n_heads ? q_norm : k_norm;
+        float r = 1.0f;
+        if (nw_) {
+            float ss = 0.0f;
+            for (int i = lane; i < hd; i += 32)
+                ss += v[i] * v[i];
+            ss = warp_sum(ss);
+            r = 1.0f / sqrtf(ss / (float)hd + eps);
+        }
+        for (int i = lane; i < half; i += 32) {
+            float a = v[i], b = v[i + half];
+            if (nw_) {
+                a = (a * r) * nw_[i];
+                b = (b * r) * nw_[i + half];
+            }
+            /* the angle in f32 as transformers (and rope_cos_sin_cpu) forms it */
+            const float angle = pos * inv_freq[i];
+            const float c = cosf(angle), s = sinf(angle);
+            v[i] = a * c - b * s;
+            v[i + half] = b * c + a * s;
+        }
+    }
+}
+
+extern "C" int qk_norm_rope_cuda(float *d_qkv, int64_t ld, const int32_t *d_positions,
+                                 const float *d_inv_freq, const float *d_q_norm,
+                                 const float *d_k_norm, int T, int n_heads, int n_kv_heads, int hd,
+                                 float eps, cudaStream_t stream) {
+    if (T <= 0) return 0;
+    qk_norm_rope_kernel<<<T, 256, 0, stream>>>(d_qkv, ld, d_positions, d_inv_freq, d_q_norm,
+                                               d_k_norm, n_heads, n_kv_heads, hd, eps);
+    CUDA_LAUNCH_TRY();
+    return 0;
+}
+
+/* ------------------------------------------------------------------ store_kvcache */
+
+template <typename C>
+__global__ void store_kvcache_kernel(const float *k, const float *v, int64_t ld, C *kc, C *vc,
+                                     const int64_t *slots, int kv_dim) {
+    const int64_t t = blockIdx.x;
+    const int64_t slot = slots[t];
+    if (slot < 0) return; /* already cached (a prefix-cache hit) or a padding lane */
+    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+        kc[slot * kv_dim + i] = from_f32<C>(k[t * ld + i]);
+        vc[slot * kv_dim + i] = from_f32<C>(v[t * ld + i]);
+    }
+}
+
+extern "C" int store_kvcache_cuda(const float *d_k, const float *d_v, int64_t ld, void *d_k_cache,
+                                  void *d_v_cache, DType kvdt, const int64_t *d_slot_mapping, int T,
+                                  int kv_dim, cudaStream_t stream) {
+    if (T <= 0) return 0;
+    DISPATCH_DTYPE(kvdt, C,
+                   store_kvcache_kernel<C><<<T, 256, 0, stream>>>(
+                       d_k, d_v, ld, (C *)d_k_cache, (C *)d_v_cache, d_slot_mapping, kv_dim));
+    CUDA_LAUNCH_TRY();
+    return 0;
+}
+
+/* ------------------------------------------------------------------ silu * mul */
+
+template <typename A> __global__ void silu_mul_kernel(A *g, const float *gu, int I) {
+    const int64_t t = blockIdx.y;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= I) return;
+    const float a = gu[t * 2 * I + i], u = gu[t * 2 * I + I + i];
+    g[t * I + i] = from_f32<A>(a / (1.0f + expf(-a)) * u);
+}
+
+extern "C" int silu_mul_cuda(void *d_g, DType adt, const float *d_gu, int T, int I,
+                             cudaStream_t stream) {
+    if (T <= 0) return 0;
+    dim3 grid((I + 255) / 256, T);
+    DISPATCH_DTYPE(adt, A, silu_mul_kernel<A><<<grid, 256, 0, stream>>>((A *)d_g, d_gu, I));
+    CUDA_LAUNCH_TRY();
+    return 0;
+}
+
+/* ------------------------------------------------------------------ gather */
+
+__global__ void gather_rows_kernel(float *y, const float *x, const int32_t *idx, int H) {
+    const int64_t i = blockIdx.x, src = idx[i];
+    for (int c = threadIdx.x; c < H; c += blockDim.x)
+        y[i * H + c] = x[src * H + c];
+}
+
+extern "C" int gather_rows_cuda(float *d_y, const float *d_x, const int32_t *d_idx, int n, int H,
+                                cudaStream_t stream) {
+    if (n <= 0) return 0;
+    gather_rows_kernel<<<n, 256, 0, stream>>>(d_y, d_x, d_idx, H);
+    CUDA_LAUNCH_TRY();
+    return 0;
+}
+
+/* ------------------------------------------------------------------ conversion */
+
+template <typename T> __global__ void convert_f32_kernel(T *dst, const float *src, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = from_f32<T>(src[i]);
+}
+
+extern "C" int convert_f32_cuda(void *d_dst, DType dt, const float *d_src, int64_t n,
+                                cudaStream_t stream) {
+    if (n <= 0) return 0;
+    int blocks = (int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
+    DISPATCH_DTYPE(dt, T, convert_f32_kernel<T><<<blocks, 256, 0, stream>>>((T *)d_dst, d_src, n));
+    CUDA_LAUNCH_TRY();
+    return 0;
+}

@@ -1,0 +1,142 @@
+/* gemm.c: the matrix products through cuBLASLt. y[T, N] = x[T, K] @ W[N, K]^T, all row-major. In
+ * cuBLAS's column-major terms the same memory holds W as A (K x N, lda = K), x as B (K x T,
+ * ldb = K) and y as D (N x T, ldd = ldy), and the product is D = A^T * B: the "TN" layout.
+ * Inputs in the activation dtype (bf16 / f16 on the tensor cores; f32 with CUBLAS_COMPUTE_32F,
+ * never TF32), accumulation and output in f32. CPU twin: matmul_cpu (ops.c).
+ *
+ * A plan (descriptors + the heuristic's algorithm) is made once per shape and kept in a small
+ * table, so that a step (and a CUDA graph capture) only calls cublasLtMatmul. The workspace is the
+ * caller's: no allocation happens in a product. */
+#include <cublasLt.h>
+#include <string.h>
+
+#include "backend/cuda/kernels.h"
+#include "common.h"
+
+#define GEMM_MAX_PLANS 64
+
+typedef struct {
+    int T, N, K;
+    int64_t ldy;
+    DType adt;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, d;
+    cublasLtMatmulAlgo_t algo;
+} GemmPlan;
+
+struct CudaGemm {
+    cublasLtHandle_t lt;
+    void *ws;
+    size_t ws_bytes;
+    GemmPlan plans[GEMM_MAX_PLANS];
+    int num_plans, next_evict;
+};
+
+static int lt_error(cublasStatus_t st, int line, const char *what) {
+    return cvllm_errorf(CVLLM_EBACKEND, "cuda backend: gemm.c:%d: %s: cuBLASLt status %d (%s)",
+                        line, what, (int)st, cublasLtGetStatusString(st));
+}
+#define LT_TRY(call)                                                                               \
+    do {                                                                                           \
+        cublasStatus_t st_ = (call);                                                               \
+        if (st_ != CUBLAS_STATUS_SUCCESS) return lt_error(st_, __LINE__, #call);                   \
+    } while (0)
+
+int gemm_create(CudaGemm **out, void *d_ws, size_t ws_bytes) {
+    *out = NULL;
+    CudaGemm *g = xcalloc(1, sizeof *g);
+    cublasStatus_t st = cublasLtCreate(&g->lt);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        free(g);
+        return lt_error(st, __LINE__, "cublasLtCreate");
+    }
+    g->ws = d_ws;
+    g->ws_bytes = ws_bytes;
+    *out = g;
+    return 0;
+}
+
+static void plan_free(GemmPlan *p) {
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+    if (p->d) cublasLtMatrixLayoutDestroy(p->d);
+    memset(p, 0, sizeof *p);
+}
+
+void gemm_destroy(CudaGemm *g) {
+    if (!g) return;
+    for (int i = 0; i < g->num_plans; i++)
+        plan_free(&g->plans[i]);
+    cublasLtDestroy(g->lt);
+    free(g);
+}
+
+static cudaDataType_t cuda_type(DType dt) {
+    return dt == DTYPE_BF16 ? CUDA_R_16BF : dt == DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+static int plan_make(CudaGemm *g, GemmPlan *p, int T, int N, int K, int64_t ldy, DType adt) {
+    memset(p, 0, sizeof *p);
+    p->T = T, p->N = N, p->K = K, p->ldy = ldy, p->adt = adt;
+    const cudaDataType_t in = cuda_type(adt);
+    const cublasComputeType_t ct = CUBLAS_COMPUTE_32F; /* f32 inputs: exact f32, no TF32 */
+    LT_TRY(cublasLtMatmulDescCreate(&p->op, ct, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->a, in, K, N, K));
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->b, in, K, T, K));
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, N, T, ldy));
+    cublasLtMatmulPreference_t pref;
+    LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->ws_bytes, sizeof g->ws_bytes);
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &res,
+                                            &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return lt_error(st, __LINE__, "cublasLtMatmulAlgoGetHeuristic");
+    if (found < 1)
+        return cvllm_errorf(
+            CVLLM_EBACKEND,
+            "cuda backend: cuBLASLt has no algorithm for a %s [%d, %d] x [%d, %d]^T "
+            "product",
+            dtype_name(adt), T, K, N, K);
+    p->algo = res.algo;
+    return 0;
+}
+
+int gemm_cuda(CudaGemm *g, float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType adt,
+              int T, int N, int K, cudaStream_t stream) {
+    if (T <= 0) return 0;
+    GemmPlan *p = NULL;
+    for (int i = 0; i < g->num_plans; i++) {
+        GemmPlan *q = &g->plans[i];
+        if (q->T == T && q->N == N && q->K == K && q->ldy == ldy && q->adt == adt) {
+            p = q;
+            break;
+        }
+    }
+    if (!p) {
+        if (g->num_plans < GEMM_MAX_PLANS) {
+            p = &g->plans[g->num_plans++];
+        } else { /* many prefill sizes: reuse the slots in turn */
+            p = &g->plans[g->next_evict];
+            g->next_evict = (g->next_evict + 1) % GEMM_MAX_PLANS;
+            plan_free(p);
+        }
+        int rc = plan_make(g, p, T, N, K, ldy, adt);
+        if (rc) {
+            plan_free(p);
+            return rc;
+        }
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    LT_TRY(cublasLtMatmul(g->lt, p->op, &alpha, d_w, p->a, d_x, p->b, &beta, d_y, p->d, d_y, p->d,
+                          &p->algo, g->ws, g->ws_bytes, stream));
+    return 0;
+}

@@ -1,0 +1,162 @@
+/* kernels.h: the CUDA backend's kernels, as C launchers (defined extern "C" in the .cu files next
+ * to this one). Each launcher enqueues its kernel(s) on `stream`, checks the launch, and mirrors a
+ * CPU function of src/backend/cpu/ops.c (named in each .cu file's opening comment); the twins are
+ * compared in tests/test_cuda_kernels.c.
+ *
+ * Conventions: d_* are device pointers; `adt` is the activation dtype of the matrix-product
+ * inputs (the model's dtype: bf16, f16 or f32); the residual stream, the q/k/v rows and every
+ * matrix-product output are f32; the KV cache holds `kvdt` (bf16, f16 or f32). Shapes are in the
+ * comments, row-major. Launchers return 0, or a negative CVLLM_E* code with the message set (a
+ * launch failure or an unsupported shape: never an abort). */
+#ifndef CVLLM_BACKEND_CUDA_KERNELS_H
+#define CVLLM_BACKEND_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "model/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Checks a CUDA runtime call; on failure sets the error message (file, line, call, CUDA's text)
+ * and returns CVLLM_EBACKEND from the enclosing function. */
+#define CUDA_TRY(call)                                                                             \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) return cuda_error(e_, __FILE__, __LINE__, #call);                   \
+    } while (0)
+/* After a launch: the launch's own error (bad configuration, no kernel image). */
+#define CUDA_LAUNCH_TRY() CUDA_TRY(cudaGetLastError())
+int cuda_error(cudaError_t e, const char *file, int line, const char *what);
+
+/* ---------------------------------------------------------------- elementwise (elementwise.cu) */
+
+/* x[t, :] = f32(embed[ids[t], :]) for t < T.   CPU: cpu_to_f32 over embed_tokens rows. */
+int embedding_cuda(float *d_x, const void *d_embed, DType edt, const int32_t *d_ids, int T, int H,
+                   cudaStream_t stream);
+
+/* x[t] += add[t] (add may be NULL); h[t] = adt((x[t] * rsqrt(mean(x[t]^2) + eps)) * w).
+ * x, add: [T, H] f32; w: [H] f32; h: [T, H] of adt.   CPU: residual_norm (backend_cpu.c) =
+ * the loop x += y then rmsnorm_cpu. h may be NULL (the add alone). */
+int residual_rmsnorm_cuda(float *d_x, const float *d_add, const float *d_w, void *d_h, DType adt,
+                          int T, int H, float eps, cudaStream_t stream);
+
+/* y[t, n] += bias[n], y: [T, ld] (first N columns).   CPU: the bias of matmul_rows_scalar. */
+int add_bias_cuda(float *d_y, int64_t ld, const float *d_bias, int T, int N, cudaStream_t stream);
+
+/* In place on qkv [T, ld] f32 (q at column 0: n_heads heads of hd; k at column n_heads*hd:
+ * n_kv_heads heads): Qwen3's per-head RMSNorm (q_norm/k_norm [hd] f32, both NULL: none), then
+ * rotary embedding at positions[t] with inv_freq [hd/2] (rotate_half convention).
+ * CPU: qk_rope_store_job's rmsnorm_cpu + rope_cos_sin_cpu + rope_apply_cpu. */
+int qk_norm_rope_cuda(float *d_qkv, int64_t ld, const int32_t *d_positions, const float *d_inv_freq,
+                      const float *d_q_norm, const float *d_k_norm, int T, int n_heads,
+                      int n_kv_heads, int hd, float eps, cudaStream_t stream);
+
+/* k_cache[slot[t]] = kvdt(k[t]), v_cache[slot[t]] = kvdt(v[t]) for slot[t] >= 0 (-1: nothing
+ * written). k, v: rows of [T, ld] f32 (pointers at their first column); caches [slots, kv_dim].
+ * CPU: the store of qk_rope_store_job. */
+int store_kvcache_cuda(const float *d_k, const float *d_v, int64_t ld, void *d_k_cache,
+                       void *d_v_cache, DType kvdt, const int64_t *d_slot_mapping, int T,
+                       int kv_dim, cudaStream_t stream);
+
+/* g[t, i] = adt(silu(gu[t, i]) * gu[t, I + i]), gu: [T, 2I] f32 (gate then up), g: [T, I].
+ * CPU: silu_mul_cpu. */
+int silu_mul_cuda(void *d_g, DType adt, const float *d_gu, int T, int I, cudaStream_t stream);
+
+/* y[i, :] = x[idx[i], :] for i < n; x, y: [*, H] f32.   CPU: the logits_indices loop of
+ * cpu_forward. */
+int gather_rows_cuda(float *d_y, const float *d_x, const int32_t *d_idx, int n, int H,
+                     cudaStream_t stream);
+
+/* dst[i] = dt(src[i]) (f32 -> bf16 / f16 / f32): tests and weight-free conversions. */
+int convert_f32_cuda(void *d_dst, DType dt, const float *d_src, int64_t n, cudaStream_t stream);
+
+/* ---------------------------------------------------------------- attention */
+
+/* What both attention kernels read (the step's device arrays; see backend.h's contract). */
+typedef struct {
+    const float *q; /* [T, ldq] f32: token t's heads at q + t*ldq, n_heads x hd */
+    int64_t ldq;
+    void *out; /* [T, n_heads * hd] of adt */
+    DType adt;
+    const void *k_cache, *v_cache; /* this layer's [num_blocks * block_size, n_kv_heads * hd] */
+    DType kvdt;
+    int n_heads, n_kv_heads, hd, block_size;
+    float scale;
+    int num_seqs;
+    const int32_t *cu_seqlens_q; /* [num_seqs + 1] */
+    const int32_t *context_lens; /* [num_seqs]: keys of each sequence (0: a padding lane) */
+    const int32_t *block_tables; /* [num_seqs, max_blocks_per_seq] */
+    int max_blocks_per_seq;
+    int max_seqlen_q, max_seqlen_k; /* bounds: grids are sized by them */
+} AttentionParams;
+
+/* Whether the kernels support this head_dim: any even one up to 256 (the kernels are built for
+ * 16, 32, 64, 128 and 256; another runs in the next size up, its extra columns zero). */
+int attention_cuda_supported(int hd);
+
+/* Decode: one query token per sequence (the last token of each sequence's rows).
+ * A block takes (sequence, kv head, up to 4 of its query heads, partition of the context);
+ * lanes split head_dim in 16-byte loads; each sequence's context is split evenly in num_parts
+ * partitions whose partial softmax states a second kernel merges (num_parts 1: no merge).
+ * attention_decode_num_parts picks the count from the grid size and max_seqlen_k (a graph is
+ * captured with the count for max_model_len); workspace: attention_decode_ws_bytes.
+ * CPU: attention_cpu (the scalar attention_task). */
+size_t attention_decode_ws_bytes(int num_seqs, int n_heads, int hd, int num_parts);
+int attention_decode_num_parts(const AttentionParams *p, int num_sms);
+int attention_decode_cuda(const AttentionParams *p, int num_parts, void *d_ws, cudaStream_t stream);
+
+/* Prefill (varlen, causal, cached prefix read through the block table): flash-attention style,
+ * a block per (32-query tile, query head, sequence), keys in 32-key shared-memory tiles with an
+ * online softmax. CPU: attention_cpu. */
+int attention_prefill_cuda(const AttentionParams *p, cudaStream_t stream);
+
+/* ---------------------------------------------------------------- matrix products (gemm.c) */
+
+typedef struct CudaGemm CudaGemm;
+/* A cuBLASLt handle with a workspace of ws_bytes (device memory owned by the caller). */
+int gemm_create(CudaGemm **out, void *d_ws, size_t ws_bytes);
+void gemm_destroy(CudaGemm *g);
+/* y[T, N] (row stride ldy, f32) = x[T, K] (adt, row stride K) @ W[N, K]^T (adt): adt in, f32
+ * accumulation (bf16/f16 on the tensor cores; f32 exactly, no TF32). CPU: matmul_cpu. */
+int gemm_cuda(CudaGemm *g, float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType adt,
+              int T, int N, int K, cudaStream_t stream);
+
+/* ---------------------------------------------------------------- sampling (sampler.cu) */
+
+/* One row's parameters on the device (built from backend.h's SamplingRow). */
+typedef struct {
+    float temperature, top_p, min_p;
+    int top_k;
+    float presence_penalty, frequency_penalty, repetition_penalty;
+    int num_logprobs; /* -1: none */
+    uint64_t seed;
+    uint64_t draw_index; /* the uniform's counter: the output index of the token drawn now */
+    int64_t ids_offset;  /* penalties: prompt ids then output ids at ids[ids_offset ..] */
+    int num_prompt, num_output;
+    int has_penalty;
+} CudaSamplingRow;
+
+#define CUDA_SAMPLER_MAX_LOGPROBS 20
+
+/* Bytes of scratch for rows of vocab (the penalty counts: int32 [rows, vocab], zero between
+ * calls: the kernel leaves them as it found them). */
+size_t sampler_cuda_scratch_bytes(int rows, int vocab);
+/* For each row r < n of logits [n, vocab] f32 (never modified): token[r], logprob[r] (the sampled
+ * id's log-softmax of the raw logits), top_ids/top_logprobs [n, CUDA_SAMPLER_MAX_LOGPROBS] (the
+ * first num_logprobs filled). Semantics of backend.h: penalties, temperature, top-k, top-p,
+ * min-p, draw with cvllm_uniform(seed, draw_index); temperature 0: argmax. d_scratch zeroed once
+ * before the first call. CPU: the CPU sampler. */
+int sampler_cuda(const float *d_logits, int n, int vocab, const CudaSamplingRow *d_rows,
+                 const int32_t *d_ids, int32_t *d_token, float *d_logprob, int32_t *d_top_ids,
+                 float *d_top_logprobs, void *d_scratch, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,414 @@
+/* sampler.cu: sampling on the device, one block of 1024 threads per logits row. The semantics are
+ * backend.h's (the CPU sampler's): penalties (repetition over prompt + output ids, then frequency
+ * and presence over output ids, as vLLM), temperature, top-k, top-p over the top-k set, min-p
+ * relative to the best token, renormalize, draw with u = cvllm_uniform(seed, output index)
+ * (philox.h, the same integer arithmetic as on the CPU). Temperature 0: argmax, lowest id on ties,
+ * NaN never wins (all NaN: 0). Log-probs: log_softmax of the raw logits.
+ *
+ * Order of tokens: weight descending, ties by lower id (a total order, as the CPU's). Nothing is
+ * sorted: each filter needs only the boundary of its set (the worst token it keeps), found by a
+ * radix select over the bits of the weights (non-negative floats order as their bit patterns):
+ * top-k by counts, top-p by probability mass; ties at the boundary are resolved in id order by a
+ * block scan. Masses are sums of weights in fixed point (w * 2^44 as 64-bit integers), so every
+ * sum is exact and independent of the order in which the threads add it: the result is the same
+ * at every run. The draw then walks the vocabulary in id order (a block-wide prefix sum) to the
+ * first kept token whose cumulated mass exceeds u * kept, like the CPU's loop.
+ *
+ * Penalties need per-token counts: d_scratch holds an int32 [rows, vocab] table, zero between
+ * calls (the kernel adds the row's ids, then clears exactly those entries). The logits are never
+ * written: penalized values are computed where they are read. */
+#include "backend/cuda/cuda_util.cuh"
+#include "backend/philox.h"
+
+#define SAMPLER_THREADS 1024
+#define FIX_SCALE 17592186044416.0 /* 2^44: a weight in [0, 1] as an integer; vocab < 2^19 */
+#define PROMPT_BIT 0x40000000
+
+struct Row {
+    const float *x;
+    const int32_t *cnt; /* penalty counts or NULL */
+    float rep, freq, pres;
+};
+
+__device__ __forceinline__ float eff_logit(const Row &R, int i) {
+    float v = R.x[i];
+    if (R.cnt) {
+        const int c = R.cnt[i];
+        if (c) {
+            const int n = c & (PROMPT_BIT - 1);
+            if (R.rep != 1.0f) v = v > 0.0f ? v / R.rep : v * R.rep;
+            if (n) v -= R.freq * (float)n + R.pres; /* as the CPU's apply_penalties */
+        }
+    }
+    return v;
+}
+
+/* ------------------------------------------------------------------ block reductions */
+
+struct ArgMax {
+    float v;
+    int i; /* -1: none */
+};
+/* a beats b: a real value above b's, or equal with a lower id; NaN and none never win */
+__device__ __forceinline__ bool am_better(ArgMax a, ArgMax b) {
+    if (a.i < 0 || isnan(a.v)) return false;
+    if (b.i < 0 || isnan(b.v)) return true;
+    return a.v > b.v || (a.v == b.v && a.i < b.i);
+}
+
+__device__ ArgMax block_argmax(ArgMax a) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) {
+        ArgMax b = {__shfl_xor_sync(0xffffffffu, a.v, o), __shfl_xor_sync(0xffffffffu, a.i, o)};
+        if (am_better(b, a)) a = b;
+    }
+    __syncthreads();
+    if (lane == 0) sv[warp] = a.v, si[warp] = a.i;
+    __syncthreads();
+    a.v = sv[lane];
+    a.i = lane < (int)(blockDim.x >> 5) ? si[lane] : -1;
+    for (int o = 16; o > 0; o >>= 1) {
+        ArgMax b = {__shfl_xor_sync(0xffffffffu, a.v, o), __shfl_xor_sync(0xffffffffu, a.i, o)};
+        if (am_better(b, a)) a = b;
+    }
+    return a;
+}
+
+template <typename T> __device__ T block_sum_t(T v) {
+    __shared__ T part[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    v = lane < (int)(blockDim.x >> 5) ? part[lane] : (T)0;
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ float block_max_f(float v) {
+    __shared__ float part[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    v = lane < (int)(blockDim.x >> 5) ? part[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+/* Inclusive prefix sum over the block in thread order; *total gets the block's sum. */
+__device__ unsigned long long block_scan(unsigned long long v, unsigned long long *total) {
+    __shared__ unsigned long long part[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 1; o < 32; o <<= 1) {
+        unsigned long long n = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += n;
+    }
+    __syncthreads();
+    if (lane == 31) part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        unsigned long long w = lane < nw ? part[lane] : 0ull;
+        for (int o = 1; o < 32; o <<= 1) {
+            unsigned long long n = __shfl_up_sync(0xffffffffu, w, o);
+            if (lane >= o) w += n;
+        }
+        part[lane] = w; /* inclusive over warps */
+    }
+    __syncthreads();
+    if (warp > 0) v += part[warp - 1];
+    *total = part[nw - 1];
+    return v;
+}
+
+/* ------------------------------------------------------------------ the kernel */
+
+struct Sampling {
+    Row R;
+    int vocab;
+    float m, inv_t, min_w;
+    /* a boundary: token i is inside iff key(i) > bkey || (key(i) == bkey && i <= bid);
+     * bid = INT_MAX and bkey = 0: everything */
+    uint32_t k_key;
+    int k_id;
+    uint32_t p_key;
+    int p_id;
+};
+
+__device__ __forceinline__ float weight(const Sampling &S, int i) {
+    float e = expf((eff_logit(S.R, i) - S.m) * S.inv_t);
+    return e >= 0.0f ? e : 0.0f; /* NaN logits never win */
+}
+__device__ __forceinline__ uint32_t wkey(float w) {
+    return __float_as_uint(w);
+}
+__device__ __forceinline__ unsigned long long wfix(float w) {
+    return (unsigned long long)((double)w * FIX_SCALE);
+}
+__device__ __forceinline__ bool inside(uint32_t key, int i, uint32_t bkey, int bid) {
+    return key > bkey || (key == bkey && i <= bid);
+}
+__device__ __forceinline__ bool in_topk(const Sampling &S, uint32_t key, int i) {
+    return inside(key, i, S.k_key, S.k_id);
+}
+
+/* The rank-th (1-based) lowest id among tokens with key == v inside the top-k set. */
+__device__ int nth_tied_id(const Sampling &S, uint32_t v, int rank) {
+    __shared__ int found;
+    __syncthreads(); /* a previous call's result has been read */
+    if (threadIdx.x == 0) found = -1;
+    __syncthreads();
+    unsigned long long before = 0;
+    for (int base = 0; base < S.vocab; base += blockDim.x) {
+        const int i = base + threadIdx.x;
+        bool f = false;
+        if (i < S.vocab) {
+            const uint32_t k = wkey(weight(S, i));
+            f = k == v && in_topk(S, k, i);
+        }
+        unsigned long long tot;
+        const unsigned long long incl = block_scan(f ? 1ull : 0ull, &tot);
+        if (f && before + incl == (unsigned long long)rank) found = i;
+        before += tot;
+        __syncthreads();
+        if (found >= 0 || before >= (unsigned long long)rank) break;
+    }
+    __syncthreads();
+    const int res = found;
+    __syncthreads();
+    return res;
+}
+
+/* Radix select over the keys of the tokens inside the top-k set, 8 bits at a time from the top.
+ * by_mass = 0: the token of rank `need` (1-based) by count; 1: the shortest prefix whose mass
+ * reaches `need`. Returns the boundary key and (through *cum_above) the count or mass of the
+ * tokens whose key is above it. */
+__device__ uint32_t radix_select(const Sampling &S, int by_mass, unsigned long long need,
+                                 unsigned long long *cum_above) {
+    __shared__ unsigned long long hist[256];
+    __shared__ uint32_t sh_prefix;
+    __shared__ unsigned long long sh_cum;
+    uint32_t prefix = 0, mask = 0;
+    unsigned long long cum = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int d = threadIdx.x; d < 256; d += blockDim.x)
+            hist[d] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < S.vocab; i += blockDim.x) {
+            const float w = weight(S, i);
+            const uint32_t k = wkey(w);
+            if ((k & mask) != prefix || !in_topk(S, k, i)) continue;
+            atomicAdd(&hist[(k >> shift) & 255], by_mass ? wfix(w) : 1ull);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            /* from the best digit down, the first where the running total reaches need; if none
+             * does (rounding), the worst non-empty digit. run: the total above digit d. */
+            unsigned long long run = cum, run_last = cum;
+            int d = 255, last = -1;
+            for (; d >= 0; d--) {
+                if (hist[d]) {
+                    if (run + hist[d] >= need) break;
+                    last = d, run_last = run;
+                }
+                run += hist[d];
+            }
+            if (d < 0) d = last < 0 ? 0 : last, run = run_last;
+            sh_prefix = prefix | ((uint32_t)d << shift);
+            sh_cum = run;
+        }
+        __syncthreads();
+        prefix = sh_prefix;
+        cum = sh_cum;
+        mask |= 255u << shift;
+        __syncthreads();
+    }
+    *cum_above = cum;
+    return prefix;
+}
+
+__global__ void __launch_bounds__(SAMPLER_THREADS)
+    sampler_kernel(const float *logits, int vocab, const CudaSamplingRow *rows, const int32_t *ids,
+                   int32_t *token_out, float *logprob_out, int32_t *top_ids, float *top_lp,
+                   int32_t *counts) {
+    const int r = blockIdx.x;
+    const CudaSamplingRow P = rows[r];
+    Sampling S;
+    S.vocab = vocab;
+    S.R.x = logits + (int64_t)r * vocab;
+    S.R.cnt = NULL;
+    S.R.rep = P.repetition_penalty;
+    S.R.freq = P.frequency_penalty;
+    S.R.pres = P.presence_penalty;
+    int32_t *cnt = counts + (int64_t)r * vocab;
+    const int nids = P.num_prompt + P.num_output;
+    const int32_t *rid = ids + P.ids_offset;
+
+    /* penalties: the counts of this row's ids */
+    if (P.has_penalty) {
+        for (int i = threadIdx.x; i < nids; i += blockDim.x) {
+            const int id = rid[i];
+            if (id < 0 || id >= vocab) continue;
+            if (i < P.num_prompt)
+                atomicOr(&cnt[id], PROMPT_BIT);
+            else
+                atomicAdd(&cnt[id], 1);
+        }
+        __syncthreads();
+        S.R.cnt = cnt;
+    }
+
+    /* log-probs of the raw logits */
+    __shared__ int chosen[CUDA_SAMPLER_MAX_LOGPROBS];
+    double lse = 0.0; /* log(sum exp(x)), NaNs skipped, in double as the CPU's log_sum_exp */
+    const int nlp =
+        P.num_logprobs > CUDA_SAMPLER_MAX_LOGPROBS ? CUDA_SAMPLER_MAX_LOGPROBS : P.num_logprobs;
+    if (P.num_logprobs >= 0) {
+        float mx = -INFINITY;
+        for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+            mx = fmaxf(mx, S.R.x[i]);
+        mx = block_max_f(mx);
+        double se = 0.0;
+        if (isfinite(mx))
+            for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+                if (!isnan(S.R.x[i])) se += exp((double)S.R.x[i] - (double)mx);
+        se = block_sum_t<double>(se);
+        lse = isfinite(mx) ? (double)mx + log(se) : (double)mx;
+        for (int k = 0; k < nlp; k++) {
+            ArgMax a = {-INFINITY, -1};
+            for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+                bool taken = false;
+                for (int c = 0; c < k; c++)
+                    taken |= chosen[c] == i;
+                ArgMax b = {S.R.x[i], i};
+                if (!taken && am_better(b, a)) a = b;
+            }
+            a = block_argmax(a);
+            if (threadIdx.x == 0) { /* fewer real values than k: id -1, log-prob -inf */
+                chosen[k] = a.i;
+                top_ids[(int64_t)r * CUDA_SAMPLER_MAX_LOGPROBS + k] = a.i;
+                top_lp[(int64_t)r * CUDA_SAMPLER_MAX_LOGPROBS + k] =
+                    a.i < 0 ? -INFINITY : (float)((double)S.R.x[a.i] - lse);
+            }
+            __syncthreads();
+        }
+    }
+
+    /* greedy, or the argmax the weights are relative to */
+    ArgMax a = {-INFINITY, -1};
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        ArgMax b = {eff_logit(S.R, i), i};
+        if (am_better(b, a)) a = b;
+    }
+    a = block_argmax(a);
+    const int imax = a.i < 0 ? 0 : a.i;
+    int tok = imax;
+    if (P.temperature > 0.0f && isfinite(a.v) && a.i >= 0) {
+        S.m = a.v;
+        S.inv_t = 1.0f / P.temperature;
+        S.k_key = 0;
+        S.k_id = INT_MAX;
+        const bool use_k = P.top_k > 0 && P.top_k < vocab;
+        const bool use_p = P.top_p > 0.0f && P.top_p < 1.0f;
+        uint32_t bkey = 0;
+        int bid = INT_MAX;
+        if (use_k) {
+            unsigned long long above;
+            const uint32_t v = radix_select(S, 0, (unsigned long long)P.top_k, &above);
+            const int id = nth_tied_id(S, v, (int)((unsigned long long)P.top_k - above));
+            S.k_key = bkey = v;
+            S.k_id = bid = id < 0 ? INT_MAX : id;
+        }
+        if (use_p) {
+            unsigned long long mass = 0;
+            for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+                const float w = weight(S, i);
+                if (in_topk(S, wkey(w), i)) mass += wfix(w);
+            }
+            mass = block_sum_t<unsigned long long>(mass);
+            const unsigned long long need = (unsigned long long)((double)P.top_p * (double)mass);
+            unsigned long long above;
+            const uint32_t v = radix_select(S, 1, need, &above);
+            const unsigned long long wv = wfix(__uint_as_float(v));
+            long long rank = wv ? (long long)((need > above ? need - above + wv - 1 : 0) / wv) : 1;
+            if (rank < 1) rank = 1;
+            const int id = nth_tied_id(S, v, (int)rank);
+            bkey = v;
+            bid = id < 0 ? INT_MAX : id;
+        }
+        S.p_key = bkey;
+        S.p_id = bid;
+        S.min_w = P.min_p > 0.0f ? P.min_p * 1.0f : 0.0f; /* min_p * w[imax], w[imax] = 1 */
+
+        /* kept mass, then the draw in id order */
+        unsigned long long kept = 0;
+        int last = -1;
+        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+            const float w = weight(S, i);
+            if (w > 0.0f && w >= S.min_w && inside(wkey(w), i, bkey, bid))
+                kept += wfix(w), last = i;
+        }
+        kept = block_sum_t<unsigned long long>(kept);
+        ArgMax la = {(float)last, last};
+        la = block_argmax(la); /* the last kept id: the fallback if rounding never reaches u */
+        const double u = cvllm_uniform(P.seed, P.draw_index);
+        const unsigned long long target = (unsigned long long)(u * (double)kept);
+        __shared__ int found;
+        if (threadIdx.x == 0) found = -1;
+        __syncthreads();
+        unsigned long long before = 0;
+        if (kept > 0) {
+            for (int base = 0; base < vocab; base += blockDim.x) {
+                const int i = base + threadIdx.x;
+                unsigned long long wf = 0;
+                if (i < vocab) {
+                    const float w = weight(S, i);
+                    if (w > 0.0f && w >= S.min_w && inside(wkey(w), i, bkey, bid)) wf = wfix(w);
+                }
+                unsigned long long tot;
+                const unsigned long long incl = block_scan(wf, &tot);
+                if (wf && before + incl > target && before + incl - wf <= target) found = i;
+                before += tot;
+                __syncthreads();
+                if (found >= 0) break;
+            }
+            tok = found >= 0 ? found : (la.i >= 0 ? la.i : imax);
+        }
+    }
+    if (threadIdx.x == 0) {
+        token_out[r] = tok;
+        logprob_out[r] = P.num_logprobs >= 0 ? (float)((double)S.R.x[tok] - lse) : 0.0f;
+    }
+    /* leave the counts as found: zero */
+    if (P.has_penalty) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < nids; i += blockDim.x) {
+            const int id = rid[i];
+            if (id >= 0 && id < vocab) cnt[id] = 0;
+        }
+    }
+}
+
+extern "C" size_t sampler_cuda_scratch_bytes(int rows, int vocab) {
+    return (size_t)rows * (size_t)vocab * sizeof(int32_t);
+}
+
+extern "C" int sampler_cuda(const float *d_logits, int n, int vocab, const CudaSamplingRow *d_rows,
+                            const int32_t *d_ids, int32_t *d_token, float *d_logprob,
+                            int32_t *d_top_ids, float *d_top_logprobs, void *d_scratch,
+                            cudaStream_t stream) {
+    if (n <= 0) return 0;
+    if (vocab >= (1 << 19))
+        return cvllm_errorf(CVLLM_EUNSUPPORTED, "cuda sampler: vocabulary of %d (at most 524287)",
+                            vocab);
+    sampler_kernel<<<n, SAMPLER_THREADS, 0, stream>>>(d_logits, vocab, d_rows, d_ids, d_token,
+                                                      d_logprob, d_top_ids, d_top_logprobs,
+                                                      (int32_t *)d_scratch);
+    CUDA_LAUNCH_TRY();
+    return 0;
+}

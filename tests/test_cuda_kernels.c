@@ -1,0 +1,965 @@
+/* test_cuda_kernels.c: every CUDA kernel against its CPU twin (src/backend/cpu/ops.c), on random
+ * non-zero inputs, with outputs poisoned (NaN bytes) before each launch so that an element the
+ * kernel forgot is caught. Label "gpu": without a CUDA device it prints "skipped: no GPU" and
+ * exits 77 (ctest counts that as skipped).
+ *
+ * Tolerances (relative to the largest |reference|, the worst element reported on failure):
+ *   f32 outputs of f32 arithmetic in another order (norms, rope, attention, f32 products): 2e-5
+ *   (rope at positions past 8k: 1e-4, the angle's f32 rounding is amplified by |pos|);
+ *   bf16/f16-input products vs the same inputs widened on the CPU: 1e-4 (only the sum's order
+ *   differs); outputs rounded to bf16: 8e-3 (half a bf16 ulp is 2^-9 = 2e-3 of the value, plus
+ *   the rounding of values at the edge); f16 outputs 1e-3.
+ * The sampler is compared draw for draw with a slow sort-based sampler written here from
+ * backend.h's semantics (same Philox uniforms): greedy ids and log-probs must match; sampled ids
+ * may differ only where the uniform falls within rounding of a boundary (counted, at most 1%),
+ * and the empirical distribution of 4000 draws is within total-variation 0.05 of the exact one. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/sampler.h"
+#include "backend/cpu/threadpool.h"
+#include "backend/cuda/kernels.h"
+#include "backend/philox.h"
+#include "common.h"
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) fail_msg("%s: %s", #call, cudaGetErrorString(e_));                  \
+    } while (0)
+#define OK(call)                                                                                   \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_) fail_msg("%s -> %d: %s", #call, rc_, cvllm_last_error());                         \
+    } while (0)
+
+static ThreadPool *g_pool;
+/* CVLLM_TEST_SMALL=1 (compute-sanitizer runs): leave out the contexts past 8k */
+static int small_run(void) {
+    const char *e = getenv("CVLLM_TEST_SMALL");
+    return e && *e ? atoi(e) : 0;
+}
+static cudaStream_t g_stream;
+
+/* ---------------------------------------------------------------- helpers */
+
+static uint64_t g_rng = 0x243F6A8885A308D3ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) * (1.0 / (1ull << 23)) - 1.0);
+}
+static int irand(int n) {
+    return (int)(((frand() + 1.0f) * 0.5f) * n) % n;
+}
+
+/* v rounded to dt and back (what the device sees of an f32 value stored in dt) */
+static float round_to(DType dt, float v) {
+    if (dt == DTYPE_BF16) return bf16_to_f32(f32_to_bf16(v));
+    if (dt == DTYPE_F16) return f16_to_f32(f32_to_f16(v));
+    return v;
+}
+static void *pack(DType dt, const float *x, int64_t n) { /* host array of dt */
+    void *p = xmalloc((size_t)n * dtype_size(dt));
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == DTYPE_BF16)
+            ((uint16_t *)p)[i] = f32_to_bf16(x[i]);
+        else if (dt == DTYPE_F16)
+            ((uint16_t *)p)[i] = f32_to_f16(x[i]);
+        else
+            ((float *)p)[i] = x[i];
+    }
+    return p;
+}
+static void unpack(DType dt, const void *p, float *x, int64_t n) {
+    cpu_to_f32(x, p, dt, 0, n);
+}
+
+static void *dev_upload(const void *h, size_t bytes) {
+    void *d = NULL;
+    CK(cudaMalloc(&d, bytes ? bytes : 1));
+    if (bytes) CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+    return d;
+}
+static void *dev_poisoned(size_t bytes) {
+    void *d = NULL;
+    CK(cudaMalloc(&d, bytes ? bytes : 1));
+    CK(cudaMemset(d, 0xFF, bytes)); /* NaN in f32, bf16 and f16 */
+    return d;
+}
+static void dev_download(void *h, const void *d, size_t bytes) {
+    CK(cudaStreamSynchronize(g_stream));
+    CK(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+}
+
+/* max |a - ref| / max |ref| over n; fails (with the worst element) above tol or on a NaN. */
+static double compare(const char *what, const float *a, const float *ref, int64_t n, double tol) {
+    double maxref = 0, maxd = 0;
+    int64_t worst = 0;
+    for (int64_t i = 0; i < n; i++)
+        maxref = fmax(maxref, fabs(ref[i]));
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        if (isnan(a[i]) != isnan(ref[i])) d = INFINITY;
+        if (d > maxd || isnan(d)) maxd = isnan(d) ? INFINITY : d, worst = i;
+    }
+    double rel = maxref > 0 ? maxd / maxref : maxd;
+    if (!(rel <= tol))
+        fail_msg("%s: relative error %.3g > %.3g (element %lld: got %.9g, want %.9g)", what, rel,
+                 tol, (long long)worst, a[worst], ref[worst]);
+    return rel;
+}
+static double tol_for(DType dt, double f32_tol) {
+    return dt == DTYPE_BF16 ? 8e-3 : dt == DTYPE_F16 ? 1e-3 : f32_tol;
+}
+static const DType DTYPES[3] = {DTYPE_BF16, DTYPE_F16, DTYPE_F32};
+
+/* ---------------------------------------------------------------- small ops */
+
+static void test_embedding(void **state) {
+    (void)state;
+    const int V = 301, H = 136, T = 37;
+    for (int di = 0; di < 3; di++) {
+        DType dt = DTYPES[di];
+        float *e = xmalloc((size_t)V * H * sizeof(float));
+        for (int i = 0; i < V * H; i++)
+            e[i] = frand();
+        void *eh = pack(dt, e, (int64_t)V * H);
+        int32_t ids[T];
+        for (int t = 0; t < T; t++)
+            ids[t] = irand(V);
+        ids[0] = V - 1;
+        void *de = dev_upload(eh, (size_t)V * H * dtype_size(dt));
+        int32_t *dids = dev_upload(ids, sizeof ids);
+        float *dx = dev_poisoned((size_t)T * H * sizeof(float));
+        OK(embedding_cuda(dx, de, dt, dids, T, H, g_stream));
+        float *got = xmalloc((size_t)T * H * sizeof(float)),
+              *ref = xmalloc((size_t)T * H * sizeof(float));
+        dev_download(got, dx, (size_t)T * H * sizeof(float));
+        for (int t = 0; t < T; t++)
+            cpu_to_f32(ref + (int64_t)t * H, eh, dt, (int64_t)ids[t] * H, H);
+        compare("embedding", got, ref, (int64_t)T * H, 0.0);
+        cudaFree(de), cudaFree(dids), cudaFree(dx);
+        free(e), free(eh), free(got), free(ref);
+    }
+}
+
+static void test_residual_rmsnorm(void **state) {
+    (void)state;
+    const int Hs[] = {96, 1000, 1024, 2560, 4096}, T = 19;
+    for (int hi = 0; hi < 5; hi++)
+        for (int di = 0; di < 3; di++)
+            for (int with_add = 0; with_add < 2; with_add++) {
+                const int H = Hs[hi];
+                const DType dt = DTYPES[di];
+                const int64_t n = (int64_t)T * H;
+                float *x = xmalloc(n * sizeof(float)), *add = xmalloc(n * sizeof(float)),
+                      *w = xmalloc(H * sizeof(float)), *ref = xmalloc(n * sizeof(float)),
+                      *xref = xmalloc(n * sizeof(float)), *got = xmalloc(n * sizeof(float));
+                for (int64_t i = 0; i < n; i++)
+                    x[i] = 3 * frand(), add[i] = frand();
+                for (int i = 0; i < H; i++)
+                    w[i] = 1 + 0.5f * frand();
+                float *dx = dev_upload(x, n * sizeof(float)),
+                      *dadd = dev_upload(add, n * sizeof(float)),
+                      *dw = dev_upload(w, H * sizeof(float));
+                void *dh = dev_poisoned(n * dtype_size(dt));
+                OK(residual_rmsnorm_cuda(dx, with_add ? dadd : NULL, dw, dh, dt, T, H, 1e-6f,
+                                         g_stream));
+                memcpy(xref, x, n * sizeof(float));
+                for (int t = 0; t < T; t++) {
+                    float *xr = xref + (int64_t)t * H;
+                    if (with_add)
+                        for (int i = 0; i < H; i++)
+                            xr[i] += add[(int64_t)t * H + i];
+                    rmsnorm_cpu(ref + (int64_t)t * H, xr, w, H, 1e-6f);
+                }
+                void *hh = xmalloc(n * dtype_size(dt));
+                dev_download(hh, dh, n * dtype_size(dt));
+                unpack(dt, hh, got, n);
+                compare("rmsnorm h", got, ref, n, tol_for(dt, 2e-5));
+                dev_download(got, dx, n * sizeof(float));
+                compare("residual x", got, xref, n, 0.0);
+                cudaFree(dx), cudaFree(dadd), cudaFree(dw), cudaFree(dh);
+                free(x), free(add), free(w), free(ref), free(xref), free(got), free(hh);
+            }
+}
+
+static void test_qk_norm_rope(void **state) {
+    (void)state;
+    const int hds[] = {16, 32, 64, 128, 256};
+    ModelConfig cfg = {.rope_theta = 1000000.0, .rope_type = ROPE_DEFAULT};
+    for (int hi = 0; hi < 5; hi++)
+        for (int norm = 0; norm < 2; norm++) {
+            const int hd = hds[hi], nh = 6, nkv = 2, T = 23;
+            const int64_t ld = (int64_t)(nh + 2 * nkv) * hd + 8; /* a padded row */
+            const int64_t n = T * ld;
+            float *qkv = xmalloc(n * sizeof(float)), *ref = xmalloc(n * sizeof(float)),
+                  *got = xmalloc(n * sizeof(float));
+            float qn[256], kn[256], inv[128], cs[128], sn[128];
+            for (int64_t i = 0; i < n; i++)
+                qkv[i] = 2 * frand();
+            for (int i = 0; i < hd; i++)
+                qn[i] = 1 + 0.3f * frand(), kn[i] = 1 + 0.3f * frand();
+            rope_inv_freq_cpu(&cfg, hd, inv);
+            int32_t pos[T];
+            for (int t = 0; t < T; t++)
+                pos[t] = t < 5 ? t : irand(12000);
+            float *d = dev_upload(qkv, n * sizeof(float)),
+                  *dinv = dev_upload(inv, sizeof(float) * hd / 2),
+                  *dqn = dev_upload(qn, sizeof(float) * hd),
+                  *dkn = dev_upload(kn, sizeof(float) * hd);
+            int32_t *dpos = dev_upload(pos, sizeof pos);
+            OK(qk_norm_rope_cuda(d, ld, dpos, dinv, norm ? dqn : NULL, norm ? dkn : NULL, T, nh,
+                                 nkv, hd, 1e-6f, g_stream));
+            memcpy(ref, qkv, n * sizeof(float));
+            for (int t = 0; t < T; t++) {
+                float *q = ref + t * ld, *k = q + (int64_t)nh * hd;
+                if (norm) {
+                    for (int h = 0; h < nh; h++)
+                        rmsnorm_cpu(q + h * hd, q + h * hd, qn, hd, 1e-6f);
+                    for (int h = 0; h < nkv; h++)
+                        rmsnorm_cpu(k + h * hd, k + h * hd, kn, hd, 1e-6f);
+                }
+                rope_cos_sin_cpu(pos[t], inv, hd / 2, cs, sn);
+                rope_apply_cpu(q, nh, hd, cs, sn);
+                rope_apply_cpu(k, nkv, hd, cs, sn);
+            }
+            dev_download(got, d, n * sizeof(float));
+            compare("qk_norm_rope", got, ref, n, 1e-4);
+            cudaFree(d), cudaFree(dinv), cudaFree(dqn), cudaFree(dkn), cudaFree(dpos);
+            free(qkv), free(ref), free(got);
+        }
+}
+
+static void test_store_kvcache(void **state) {
+    (void)state;
+    for (int di = 0; di < 3; di++) {
+        const DType dt = DTYPES[di];
+        const int T = 41, kvd = 2 * 64, slots = 97;
+        const int64_t ld = 3 * kvd;
+        float *kv = xmalloc((size_t)T * ld * sizeof(float));
+        for (int64_t i = 0; i < T * ld; i++)
+            kv[i] = frand();
+        int64_t slot[T];
+        for (int t = 0; t < T; t++)
+            slot[t] = t % 3 == 0 ? -1 : (t * 7) % slots; /* distinct */
+        float *dkv = dev_upload(kv, (size_t)T * ld * sizeof(float));
+        int64_t *dslot = dev_upload(slot, sizeof slot);
+        const size_t cb = (size_t)slots * kvd * dtype_size(dt);
+        void *kc = dev_poisoned(cb), *vc = dev_poisoned(cb);
+        OK(store_kvcache_cuda(dkv + kvd, dkv + 2 * kvd, ld, kc, vc, dt, dslot, T, kvd, g_stream));
+        void *hk = xmalloc(cb), *hv = xmalloc(cb);
+        dev_download(hk, kc, cb);
+        dev_download(hv, vc, cb);
+        float *fk = xmalloc((size_t)slots * kvd * 4), *fv = xmalloc((size_t)slots * kvd * 4);
+        unpack(dt, hk, fk, (int64_t)slots * kvd);
+        unpack(dt, hv, fv, (int64_t)slots * kvd);
+        int written[97] = {0};
+        for (int t = 0; t < T; t++) {
+            if (slot[t] < 0) continue;
+            written[slot[t]] = 1;
+            for (int i = 0; i < kvd; i++) {
+                assert_true(fk[slot[t] * kvd + i] == round_to(dt, kv[t * ld + kvd + i]));
+                assert_true(fv[slot[t] * kvd + i] == round_to(dt, kv[t * ld + 2 * kvd + i]));
+            }
+        }
+        for (int s = 0; s < slots; s++) /* a slot of -1 writes nothing: the poison is intact */
+            if (!written[s])
+                for (int i = 0; i < kvd; i++)
+                    assert_true(isnan(fk[s * kvd + i]) && isnan(fv[s * kvd + i]));
+        cudaFree(dkv), cudaFree(dslot), cudaFree(kc), cudaFree(vc);
+        free(kv), free(hk), free(hv), free(fk), free(fv);
+    }
+}
+
+static void test_silu_mul_gather_bias(void **state) {
+    (void)state;
+    const int T = 13, I = 771, H = 200;
+    for (int di = 0; di < 3; di++) {
+        const DType dt = DTYPES[di];
+        float *gu = xmalloc((size_t)T * 2 * I * 4), *ref = xmalloc((size_t)T * I * 4),
+              *got = xmalloc((size_t)T * I * 4);
+        for (int64_t i = 0; i < (int64_t)T * 2 * I; i++)
+            gu[i] = 6 * frand();
+        for (int t = 0; t < T; t++) {
+            memcpy(ref + (int64_t)t * I, gu + (int64_t)t * 2 * I, I * 4);
+            silu_mul_cpu(ref + (int64_t)t * I, gu + (int64_t)t * 2 * I + I, I);
+        }
+        float *dgu = dev_upload(gu, (size_t)T * 2 * I * 4);
+        void *dg = dev_poisoned((size_t)T * I * dtype_size(dt));
+        OK(silu_mul_cuda(dg, dt, dgu, T, I, g_stream));
+        void *hg = xmalloc((size_t)T * I * dtype_size(dt));
+        dev_download(hg, dg, (size_t)T * I * dtype_size(dt));
+        unpack(dt, hg, got, (int64_t)T * I);
+        compare("silu_mul", got, ref, (int64_t)T * I, tol_for(dt, 2e-6));
+        cudaFree(dgu), cudaFree(dg);
+        free(gu), free(ref), free(got), free(hg);
+    }
+    /* gather + bias */
+    float *x = xmalloc((size_t)T * H * 4), *bias = xmalloc(H * 4),
+          *ref = xmalloc((size_t)T * H * 4), *got = xmalloc((size_t)T * H * 4);
+    for (int i = 0; i < T * H; i++)
+        x[i] = frand();
+    for (int i = 0; i < H; i++)
+        bias[i] = frand();
+    int32_t idx[5] = {12, 0, 5, 5, 7};
+    float *dx = dev_upload(x, (size_t)T * H * 4), *db = dev_upload(bias, H * 4),
+          *dy = dev_poisoned((size_t)5 * H * 4);
+    int32_t *didx = dev_upload(idx, sizeof idx);
+    OK(gather_rows_cuda(dy, dx, didx, 5, H, g_stream));
+    for (int i = 0; i < 5; i++)
+        memcpy(ref + i * H, x + idx[i] * H, H * 4);
+    dev_download(got, dy, (size_t)5 * H * 4);
+    compare("gather", got, ref, 5 * H, 0.0);
+    OK(add_bias_cuda(dx, H, db, T, H - 3, g_stream)); /* the first N = H - 3 columns */
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < H; i++)
+            ref[t * H + i] = x[t * H + i] + (i < H - 3 ? bias[i] : 0.0f);
+    dev_download(got, dx, (size_t)T * H * 4);
+    compare("add_bias", got, ref, T * H, 0.0);
+    cudaFree(dx), cudaFree(db), cudaFree(dy), cudaFree(didx);
+    free(x), free(bias), free(ref), free(got);
+}
+
+/* ---------------------------------------------------------------- matrix products */
+
+static void test_gemm(void **state) {
+    (void)state;
+    void *ws = NULL;
+    CK(cudaMalloc(&ws, 32 << 20));
+    CudaGemm *g = NULL;
+    OK(gemm_create(&g, ws, 32 << 20));
+    const int shapes[][3] = {{1, 1024, 1024},  {3, 4096, 1024}, {17, 3072, 1024}, {64, 512, 96},
+                             {257, 1000, 320}, {5, 151936, 64}, {1000, 96, 128}};
+    for (int si = 0; si < 7; si++)
+        for (int di = 0; di < 3; di++) {
+            const int T = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+            const DType dt = DTYPES[di];
+            const int64_t ldy = N + (si & 1) * 5;
+            float *x = xmalloc((size_t)T * K * 4), *w = xmalloc((size_t)N * K * 4);
+            for (int64_t i = 0; i < (int64_t)T * K; i++)
+                x[i] = round_to(dt, frand());
+            for (int64_t i = 0; i < (int64_t)N * K; i++)
+                w[i] = round_to(dt, 0.5f * frand());
+            void *xh = pack(dt, x, (int64_t)T * K), *wh = pack(dt, w, (int64_t)N * K);
+            void *dxh = dev_upload(xh, (size_t)T * K * dtype_size(dt)),
+                 *dwh = dev_upload(wh, (size_t)N * K * dtype_size(dt));
+            float *dy = dev_poisoned((size_t)T * ldy * 4);
+            OK(gemm_cuda(g, dy, ldy, dxh, dwh, dt, T, N, K, g_stream));
+            float *got = xmalloc((size_t)T * ldy * 4), *ref = xmalloc((size_t)T * N * 4),
+                  *gotc = xmalloc((size_t)T * N * 4);
+            dev_download(got, dy, (size_t)T * ldy * 4);
+            for (int t = 0; t < T; t++)
+                memcpy(gotc + (int64_t)t * N, got + t * ldy, (size_t)N * 4);
+            MatmulArgs a = {
+                .x = x, .ldx = K, .T = T, .w = w, .wdt = DTYPE_F32, .K = K, .y = ref, .ldy = N};
+            matmul_rows_scalar(&a, 0, N);
+            char what[64];
+            snprintf(what, sizeof what, "gemm %s [%d,%d]x[%d,%d]^T", dtype_name(dt), T, K, N, K);
+            compare(what, gotc, ref, (int64_t)T * N, dt == DTYPE_F32 ? 2e-5 : 1e-4);
+            cudaFree(dxh), cudaFree(dwh), cudaFree(dy);
+            free(x), free(w), free(xh), free(wh), free(got), free(ref), free(gotc);
+        }
+    gemm_destroy(g);
+    cudaFree(ws);
+}
+
+/* ---------------------------------------------------------------- attention */
+
+typedef struct {
+    int n_heads, n_kv_heads, hd, block_size;
+    DType kvdt, adt;
+    int num_seqs;
+    int ctx[8], qlen[8]; /* per sequence: keys, new tokens (the last qlen of the keys) */
+    int decode;          /* qlen all 1: also through the decode kernel */
+    int parts;           /* decode: forced partition count, 0 = the launcher's choice */
+} AttnCase;
+
+static void run_attention_case(const AttnCase *c) {
+    const int S = c->num_seqs, hd = c->hd, nh = c->n_heads, nkv = c->n_kv_heads, bs = c->block_size;
+    int T = 0, maxq = 0, maxk = 0, maxblk = 0;
+    for (int s = 0; s < S; s++) {
+        T += c->qlen[s];
+        if (c->qlen[s] > maxq) maxq = c->qlen[s];
+        if (c->ctx[s] > maxk) maxk = c->ctx[s];
+        if ((c->ctx[s] + bs - 1) / bs > maxblk) maxblk = (c->ctx[s] + bs - 1) / bs;
+    }
+    maxblk += 1; /* a padded column: -1 */
+    int num_blocks = 0;
+    for (int s = 0; s < S; s++)
+        num_blocks += (c->ctx[s] + bs - 1) / bs;
+    num_blocks += 3;
+    /* block tables: a random permutation of the blocks */
+    int32_t *perm = xmalloc(num_blocks * sizeof(int32_t));
+    for (int i = 0; i < num_blocks; i++)
+        perm[i] = i;
+    for (int i = num_blocks - 1; i > 0; i--) {
+        int j = irand(i + 1), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    int32_t *tables = xmalloc((size_t)S * maxblk * sizeof(int32_t));
+    int used = 0;
+    for (int s = 0; s < S; s++)
+        for (int b = 0; b < maxblk; b++)
+            tables[s * maxblk + b] = b < (c->ctx[s] + bs - 1) / bs ? perm[used++] : -1;
+    /* the cache, random everywhere, as the device type */
+    const int64_t kvs = (int64_t)nkv * hd, cache_n = (int64_t)num_blocks * bs * kvs;
+    float *kf = xmalloc(cache_n * 4), *vf = xmalloc(cache_n * 4);
+    for (int64_t i = 0; i < cache_n; i++)
+        kf[i] = round_to(c->kvdt, frand()), vf[i] = round_to(c->kvdt, frand());
+    void *kh = pack(c->kvdt, kf, cache_n), *vh = pack(c->kvdt, vf, cache_n);
+    /* queries in a padded qkv-like buffer */
+    const int64_t ldq = (int64_t)(nh + 2 * nkv) * hd;
+    float *q = xmalloc((size_t)T * ldq * 4), *qc = xmalloc((size_t)T * nh * hd * 4);
+    for (int64_t i = 0; i < T * ldq; i++)
+        q[i] = 2 * frand();
+    for (int t = 0; t < T; t++)
+        memcpy(qc + (int64_t)t * nh * hd, q + t * ldq, (size_t)nh * hd * 4);
+    int32_t cu[9] = {0}, *nkeys = xmalloc(T * 4), *tseq = xmalloc(T * 4);
+    for (int s = 0; s < S; s++) {
+        cu[s + 1] = cu[s] + c->qlen[s];
+        for (int i = 0; i < c->qlen[s]; i++) {
+            nkeys[cu[s] + i] = c->ctx[s] - c->qlen[s] + i + 1; /* causal: keys up to its own */
+            tseq[cu[s] + i] = s;
+        }
+    }
+    /* CPU reference */
+    float *ref = xmalloc((size_t)T * nh * hd * 4);
+    float *scratch = xmalloc((size_t)threadpool_size(g_pool) * nh * (maxk + 1) * 4);
+    AttentionArgs aa = {.q = qc,
+                        .out = ref,
+                        .k_cache = kf,
+                        .v_cache = vf,
+                        .kv_bf16 = 0,
+                        .num_tokens = T,
+                        .n_heads = nh,
+                        .n_kv_heads = nkv,
+                        .head_dim = hd,
+                        .block_size = bs,
+                        .scale = 1.0f / sqrtf((float)hd),
+                        .num_keys = nkeys,
+                        .token_seq = tseq,
+                        .block_tables = tables,
+                        .max_blocks_per_seq = maxblk,
+                        .scratch = scratch,
+                        .scratch_stride = (int64_t)nh * (maxk + 1)};
+    attention_cpu(g_pool, &aa);
+    /* device */
+    const size_t cb = cache_n * dtype_size(c->kvdt), ob = (size_t)T * nh * hd * dtype_size(c->adt);
+    void *dk = dev_upload(kh, cb), *dv = dev_upload(vh, cb);
+    float *dq = dev_upload(q, (size_t)T * ldq * 4);
+    int32_t *dcu = dev_upload(cu, sizeof(int32_t) * (S + 1)),
+            *dtab = dev_upload(tables, (size_t)S * maxblk * 4);
+    int32_t ctxs[8];
+    for (int s = 0; s < S; s++)
+        ctxs[s] = c->ctx[s];
+    int32_t *dctx = dev_upload(ctxs, sizeof(int32_t) * S);
+    AttentionParams p = {.q = dq,
+                         .ldq = ldq,
+                         .adt = c->adt,
+                         .k_cache = dk,
+                         .v_cache = dv,
+                         .kvdt = c->kvdt,
+                         .n_heads = nh,
+                         .n_kv_heads = nkv,
+                         .hd = hd,
+                         .block_size = bs,
+                         .scale = 1.0f / sqrtf((float)hd),
+                         .num_seqs = S,
+                         .cu_seqlens_q = dcu,
+                         .context_lens = dctx,
+                         .block_tables = dtab,
+                         .max_blocks_per_seq = maxblk,
+                         .max_seqlen_q = maxq,
+                         .max_seqlen_k = maxk};
+    float *got = xmalloc((size_t)T * nh * hd * 4);
+    void *oh = xmalloc(ob);
+    char what[160];
+    for (int kind = 0; kind < (c->decode ? 2 : 1); kind++) {
+        p.out = dev_poisoned(ob);
+        void *ws = NULL;
+        if (kind == 0) {
+            OK(attention_prefill_cuda(&p, g_stream));
+        } else {
+            int parts = c->parts ? c->parts : attention_decode_num_parts(&p, 132);
+            ws = dev_poisoned(attention_decode_ws_bytes(S, nh, hd, parts) + 4);
+            OK(attention_decode_cuda(&p, parts, ws, g_stream));
+        }
+        CK(cudaStreamSynchronize(g_stream));
+        CK(cudaGetLastError());
+        dev_download(oh, p.out, ob);
+        unpack(c->adt, oh, got, (int64_t)T * nh * hd);
+        snprintf(what, sizeof what,
+                 "%s attention hd %d heads %d/%d bs %d kv %s out %s seqs %d ctx0 %d q0 %d",
+                 kind ? "decode" : "prefill", hd, nh, nkv, bs, dtype_name(c->kvdt),
+                 dtype_name(c->adt), S, c->ctx[0], c->qlen[0]);
+        compare(what, got, ref, (int64_t)T * nh * hd, tol_for(c->adt, 2e-5));
+        cudaFree(p.out);
+        cudaFree(ws);
+    }
+    cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(dcu), cudaFree(dtab), cudaFree(dctx);
+    free(perm), free(tables), free(kf), free(vf), free(kh), free(vh), free(q), free(qc),
+        free(nkeys), free(tseq), free(ref), free(scratch), free(got), free(oh);
+}
+
+static void test_attention_prefill(void **state) {
+    (void)state;
+    /* GQA ratios 1, 2, 3, 8 and MQA; odd lengths; cached prefixes (qlen < ctx); block boundaries */
+    const int heads[][2] = {{4, 4}, {8, 4}, {6, 2}, {16, 2}, {8, 1}};
+    const int hds[] = {16, 32, 64, 128, 256, 24, 80}; /* and two head_dims between the sizes */
+    const int bss[] = {16, 1, 7, 32, 64, 128, 256};
+    for (int hi = 0; hi < 5; hi++)
+        for (int di = 0; di < 7; di++) {
+            AttnCase c = {.n_heads = heads[hi][0],
+                          .n_kv_heads = heads[hi][1],
+                          .hd = hds[di],
+                          .block_size = bss[(hi + di) % 7],
+                          .kvdt = DTYPES[(hi + di) % 3],
+                          .adt = DTYPES[hi % 3],
+                          .num_seqs = 4,
+                          .ctx = {33, 1, 100, 257},
+                          .qlen = {33, 1, 37, 64}};
+            run_attention_case(&c);
+        }
+    /* every block size the engine allows (16..256), with f32 out so the tolerance is tight */
+    for (int bs = 16; bs <= 256; bs *= 2) {
+        AttnCase c = {.n_heads = 8,
+                      .n_kv_heads = 2,
+                      .hd = 128,
+                      .block_size = bs,
+                      .kvdt = DTYPE_BF16,
+                      .adt = DTYPE_F32,
+                      .num_seqs = 3,
+                      .ctx = {bs, bs + 1, 3 * bs - 1},
+                      .qlen = {bs, 2, bs + 3}};
+        run_attention_case(&c);
+    }
+    /* a context past 8k: a chunk of 300 new tokens over a cached prefix of 8000 */
+    if (small_run()) return;
+    AttnCase big = {.n_heads = 16,
+                    .n_kv_heads = 8,
+                    .hd = 128,
+                    .block_size = 16,
+                    .kvdt = DTYPE_BF16,
+                    .adt = DTYPE_F32,
+                    .num_seqs = 2,
+                    .ctx = {8300, 513},
+                    .qlen = {300, 513}};
+    run_attention_case(&big);
+}
+
+static void test_attention_decode(void **state) {
+    (void)state;
+    const int heads[][2] = {{4, 4}, {8, 4}, {6, 2}, {16, 2}, {8, 1}, {32, 8}};
+    const int hds[] = {16, 32, 64, 128, 256, 24, 80};
+    const int bss[] = {16, 32, 64, 128, 256, 1, 7};
+    const int parts[] = {0, 1, 3, 64};
+    for (int hi = 0; hi < 6; hi++)
+        for (int di = 0; di < 7; di++) {
+            /* CVLLM_TEST_SMALL=2 (racecheck, which is slow): every GQA shape at head_dim 128 */
+            if (small_run() > 1 && di != 3) continue;
+            AttnCase c = {.n_heads = heads[hi][0],
+                          .n_kv_heads = heads[hi][1],
+                          .hd = hds[di],
+                          .block_size = bss[(hi + di) % 7],
+                          .kvdt = DTYPES[(hi + 2 * di) % 3],
+                          .adt = DTYPE_F32,
+                          .num_seqs = 5,
+                          .ctx = {1, 17, 300, 1000, 33},
+                          .qlen = {1, 1, 1, 1, 1},
+                          .decode = 1,
+                          .parts = parts[(hi + di) % 4]};
+            run_attention_case(&c);
+        }
+    /* contexts past 8k, split and not, every block size */
+    if (small_run()) return;
+    for (int bs = 16; bs <= 256; bs *= 2)
+        for (int pi = 0; pi < 3; pi++) {
+            AttnCase c = {.n_heads = 16,
+                          .n_kv_heads = 8,
+                          .hd = 128,
+                          .block_size = bs,
+                          .kvdt = DTYPE_BF16,
+                          .adt = pi == 2 ? DTYPE_BF16 : DTYPE_F32,
+                          .num_seqs = 3,
+                          .ctx = {8193 + bs, 9000, 5},
+                          .qlen = {1, 1, 1},
+                          .decode = 1,
+                          .parts = pi == 0 ? 1 : 0};
+            run_attention_case(&c);
+        }
+}
+
+/* ---------------------------------------------------------------- sampler */
+
+typedef struct {
+    float temperature, top_p, min_p;
+    int top_k;
+    float pres, freq, rep;
+    int num_logprobs;
+    uint64_t seed, index;
+    const int32_t *ids;
+    int num_prompt, num_output;
+} RefRow;
+
+static const float *g_w; /* qsort context */
+static int by_weight(const void *a, const void *b) {
+    int i = *(const int *)a, j = *(const int *)b;
+    if (g_w[i] != g_w[j]) return g_w[i] > g_w[j] ? -1 : 1;
+    return i - j;
+}
+
+/* backend.h's semantics, slowly: penalties, temperature, sort, top-k, top-p, min-p, draw in id
+ * order. *p_out: the exact probability of each token (for the distribution test), or NULL. */
+static int ref_sample(const float *raw, int V, const RefRow *r, double *p_out) {
+    float *x = xmalloc(V * 4), *w = xmalloc(V * 4);
+    int *idx = xmalloc(V * sizeof(int));
+    memcpy(x, raw, V * 4);
+    if (r->num_prompt + r->num_output > 0) {
+        int *cnt = xcalloc(V, sizeof(int));
+        char *seen = xcalloc(V, 1);
+        for (int i = 0; i < r->num_prompt + r->num_output; i++) {
+            seen[r->ids[i]] = 1;
+            if (i >= r->num_prompt) cnt[r->ids[i]]++;
+        }
+        for (int i = 0; i < V; i++) {
+            if (!seen[i]) continue;
+            if (r->rep != 1.0f) x[i] = x[i] > 0 ? x[i] / r->rep : x[i] * r->rep;
+            if (cnt[i]) x[i] -= r->freq * (float)cnt[i] + r->pres;
+        }
+        free(cnt), free(seen);
+    }
+    int imax = -1;
+    for (int i = 0; i < V; i++)
+        if (!isnan(x[i]) && (imax < 0 || x[i] > x[imax])) imax = i;
+    if (imax < 0) imax = 0;
+    int tok = imax;
+    if (p_out) memset(p_out, 0, V * sizeof(double));
+    if (r->temperature > 0 && isfinite(x[imax])) {
+        const float m = x[imax], inv_t = 1.0f / r->temperature;
+        for (int i = 0; i < V; i++) {
+            float e = expf((x[i] - m) * inv_t);
+            w[i] = e >= 0 ? e : 0;
+            idx[i] = i;
+        }
+        g_w = w;
+        qsort(idx, V, sizeof(int), by_weight);
+        int n = V;
+        if (r->top_k > 0 && r->top_k < V) n = r->top_k;
+        if (r->top_p > 0 && r->top_p < 1) {
+            double mass = 0, cum = 0;
+            for (int i = 0; i < n; i++)
+                mass += w[idx[i]];
+            const double need = r->top_p * mass;
+            int j = 0;
+            for (; j < n; j++) {
+                cum += w[idx[j]];
+                if (cum >= need) break;
+            }
+            n = j < n ? j + 1 : n;
+        }
+        char *keep = xcalloc(V, 1);
+        const float min_w = r->min_p > 0 ? r->min_p : 0;
+        for (int i = 0; i < n; i++)
+            if (w[idx[i]] > 0 && w[idx[i]] >= min_w) keep[idx[i]] = 1;
+        double kept = 0;
+        for (int i = 0; i < V; i++)
+            if (keep[i]) kept += w[i];
+        if (p_out)
+            for (int i = 0; i < V; i++)
+                p_out[i] = keep[i] ? w[i] / kept : 0;
+        const double target = cvllm_uniform(r->seed, r->index) * kept;
+        double cum = 0;
+        for (int i = 0; i < V; i++) {
+            if (!keep[i]) continue;
+            tok = i;
+            cum += w[i];
+            if (cum > target) break;
+        }
+        free(keep);
+    } else if (p_out) {
+        p_out[tok] = 1;
+    }
+    free(x), free(w), free(idx);
+    return tok;
+}
+
+/* The CPU backend's sampler (src/backend/cpu/sampler.c) on the same row: its uniform's counter
+ * is num_output, so a row's index is its output count. */
+static int cpu_sample(const float *raw, int V, const RefRow *r, float *lp, int32_t *top,
+                      float *tlp) {
+    static const int32_t none[1] = {0};
+    float *x = xmalloc((size_t)V * 4);
+    memcpy(x, raw, (size_t)V * 4);
+    CHECK(!r->ids || (uint64_t)r->num_output == r->index, "index %llu, num_output %d",
+          (unsigned long long)r->index, r->num_output);
+    SamplingRow s = {.temperature = r->temperature,
+                     .top_p = r->top_p,
+                     .top_k = r->top_k,
+                     .min_p = r->min_p,
+                     .presence_penalty = r->pres,
+                     .frequency_penalty = r->freq,
+                     .repetition_penalty = r->rep,
+                     .seed = r->seed,
+                     .num_logprobs = r->num_logprobs,
+                     .prompt_ids = r->ids ? r->ids : none,
+                     .num_prompt = r->num_prompt,
+                     .output_ids = r->ids ? r->ids + r->num_prompt : none,
+                     .num_output = (int)r->index};
+    float l = 0;
+    int t = sampler_sample(x, V, &s, NULL, &l, top, tlp);
+    if (lp) *lp = l;
+    free(x);
+    return t;
+}
+
+static void run_sampler(const float *logits, int n, int V, const RefRow *rr, int32_t *tok,
+                        float *lp, int32_t *top_ids, float *top_lp) {
+    CudaSamplingRow *rows = xcalloc(n, sizeof *rows);
+    int64_t nid = 0;
+    for (int r = 0; r < n; r++)
+        nid += rr[r].num_prompt + rr[r].num_output;
+    int32_t *ids = xmalloc((nid + 1) * 4);
+    nid = 0;
+    for (int r = 0; r < n; r++) {
+        const RefRow *a = &rr[r];
+        rows[r] = (CudaSamplingRow){.temperature = a->temperature,
+                                    .top_p = a->top_p,
+                                    .min_p = a->min_p,
+                                    .top_k = a->top_k,
+                                    .presence_penalty = a->pres,
+                                    .frequency_penalty = a->freq,
+                                    .repetition_penalty = a->rep,
+                                    .num_logprobs = a->num_logprobs,
+                                    .seed = a->seed,
+                                    .draw_index = a->index,
+                                    .ids_offset = nid,
+                                    .num_prompt = a->num_prompt,
+                                    .num_output = a->num_output,
+                                    .has_penalty = a->num_prompt + a->num_output > 0};
+        memcpy(ids + nid, a->ids, (size_t)(a->num_prompt + a->num_output) * 4);
+        nid += a->num_prompt + a->num_output;
+    }
+    float *dl = dev_upload(logits, (size_t)n * V * 4);
+    CudaSamplingRow *drows = dev_upload(rows, n * sizeof *rows);
+    int32_t *dids = dev_upload(ids, (nid + 1) * 4);
+    int32_t *dtok = dev_poisoned(n * 4),
+            *dtop = dev_poisoned((size_t)n * CUDA_SAMPLER_MAX_LOGPROBS * 4);
+    float *dlp = dev_poisoned(n * 4),
+          *dtlp = dev_poisoned((size_t)n * CUDA_SAMPLER_MAX_LOGPROBS * 4);
+    void *scratch = NULL;
+    CK(cudaMalloc(&scratch, sampler_cuda_scratch_bytes(n, V)));
+    CK(cudaMemset(scratch, 0, sampler_cuda_scratch_bytes(n, V)));
+    OK(sampler_cuda(dl, n, V, drows, dids, dtok, dlp, dtop, dtlp, scratch, g_stream));
+    dev_download(tok, dtok, n * 4);
+    dev_download(lp, dlp, n * 4);
+    if (top_ids) dev_download(top_ids, dtop, (size_t)n * CUDA_SAMPLER_MAX_LOGPROBS * 4);
+    if (top_lp) dev_download(top_lp, dtlp, (size_t)n * CUDA_SAMPLER_MAX_LOGPROBS * 4);
+    /* the scratch is left zeroed */
+    int32_t *sc = xmalloc(sampler_cuda_scratch_bytes(n, V));
+    dev_download(sc, scratch, sampler_cuda_scratch_bytes(n, V));
+    for (int64_t i = 0; i < (int64_t)n * V; i++)
+        if (sc[i]) fail_msg("sampler scratch left %d at %lld", sc[i], (long long)i);
+    free(sc);
+    cudaFree(dl), cudaFree(drows), cudaFree(dids), cudaFree(dtok), cudaFree(dtop), cudaFree(dlp),
+        cudaFree(dtlp), cudaFree(scratch);
+    free(rows), free(ids);
+}
+
+static void test_sampler_rows(void **state) {
+    (void)state;
+    const int Vs[] = {1000, 151936};
+    for (int vi = 0; vi < 2; vi++) {
+        const int V = Vs[vi], n = 48;
+        float *logits = xmalloc((size_t)n * V * 4);
+        for (int64_t i = 0; i < (int64_t)n * V; i++)
+            logits[i] = 4 * frand();
+        /* ties, -inf, NaN in some rows */
+        for (int i = 0; i < V; i += 3)
+            logits[1 * V + i] = 1.0f;
+        logits[1 * V + 10] = logits[1 * V + 20] = 7.0f;
+        logits[2 * V + 5] = NAN;
+        logits[2 * V + 7] = -INFINITY;
+        for (int i = 0; i < V; i++)
+            logits[3 * V + i] = NAN;
+        int32_t hist[64];
+        for (int i = 0; i < 64; i++)
+            hist[i] = irand(V);
+        hist[5] = hist[6] = hist[7]; /* repeated ids */
+        RefRow rr[48];
+        const float temps[] = {0, 0.7f, 1.0f, 1.3f}, tps[] = {1, 0.9f, 0.5f, 1e-6f};
+        const int tks[] = {0, 1, 5, 50};
+        for (int r = 0; r < n; r++) {
+            rr[r] = (RefRow){.temperature = temps[r % 4],
+                             .top_p = tps[(r / 4) % 4],
+                             .top_k = tks[(r / 16) % 3 + (r % 5 == 0)],
+                             .min_p = r % 7 == 3 ? 0.05f : 0,
+                             .rep = 1,
+                             .num_logprobs = r % 6 == 0 ? -1 : (r % 21),
+                             .seed = 1234 + r,
+                             .index = r * 3};
+            if (r % 4 == 1 || r % 8 == 0) {
+                rr[r].rep = 1.2f, rr[r].freq = 0.5f, rr[r].pres = 0.3f;
+                rr[r].ids = hist, rr[r].num_prompt = 20, rr[r].num_output = 44;
+                rr[r].index = 44; /* the draw's counter is the output count */
+            }
+        }
+        int32_t tok[48], top[48 * CUDA_SAMPLER_MAX_LOGPROBS];
+        float lp[48], tlp[48 * CUDA_SAMPLER_MAX_LOGPROBS];
+        run_sampler(logits, n, V, rr, tok, lp, top, tlp);
+        int mism = 0, mism_cpu = 0;
+        for (int r = 0; r < n; r++) {
+            const float *x = logits + (int64_t)r * V;
+            const int want = ref_sample(x, V, &rr[r], NULL);
+            /* the CPU backend's own sampler: same id, log-prob and top ids */
+            float clp = 0, ctlp[CVLLM_MAX_LOGPROBS];
+            int32_t ctop[CVLLM_MAX_LOGPROBS];
+            const int cwant = cpu_sample(x, V, &rr[r], &clp, ctop, ctlp);
+            if (tok[r] != cwant) {
+                if (rr[r].temperature == 0)
+                    fail_msg("V %d row %d (greedy): got %d, the CPU sampler %d", V, r, tok[r],
+                             cwant);
+                mism_cpu++;
+                printf("  note: V %d row %d sampled %d, CPU sampler %d\n", V, r, tok[r], cwant);
+            } else if (rr[r].num_logprobs >= 0 && r != 2 && r != 3) {
+                if (fabsf(lp[r] - clp) > 1e-4f * fmaxf(1, fabsf(clp)))
+                    fail_msg("V %d row %d: logprob %g, CPU sampler %g", V, r, lp[r], clp);
+                for (int k = 0; k < rr[r].num_logprobs; k++)
+                    if (top[r * CUDA_SAMPLER_MAX_LOGPROBS + k] != ctop[k])
+                        fail_msg("V %d row %d: top %d is %d, CPU sampler %d", V, r, k,
+                                 top[r * CUDA_SAMPLER_MAX_LOGPROBS + k], ctop[k]);
+            }
+            if (tok[r] != want) {
+                if (rr[r].temperature == 0)
+                    fail_msg("V %d row %d (greedy): got %d, want %d", V, r, tok[r], want);
+                mism++;
+                printf("  note: V %d row %d sampled %d, reference %d\n", V, r, tok[r], want);
+            }
+            if (rr[r].num_logprobs < 0) continue;
+            /* log-probs of the raw logits (rows without NaN) */
+            if (r == 2 || r == 3) continue;
+            double mx = -INFINITY, se = 0;
+            for (int i = 0; i < V; i++)
+                mx = fmax(mx, x[i]);
+            for (int i = 0; i < V; i++)
+                se += exp((double)x[i] - mx);
+            const double lse = mx + log(se);
+            if (fabs(lp[r] - (x[tok[r]] - lse)) > 1e-4 * fmax(1, fabs(x[tok[r]] - lse)))
+                fail_msg("V %d row %d: logprob %g, want %g", V, r, lp[r], x[tok[r]] - lse);
+            int *idx = xmalloc(V * sizeof(int));
+            for (int i = 0; i < V; i++)
+                idx[i] = i;
+            g_w = x;
+            qsort(idx, V, sizeof(int), by_weight);
+            for (int k = 0; k < rr[r].num_logprobs && k < CUDA_SAMPLER_MAX_LOGPROBS; k++) {
+                if (top[r * CUDA_SAMPLER_MAX_LOGPROBS + k] != idx[k])
+                    fail_msg("V %d row %d: top %d is %d, want %d", V, r, k,
+                             top[r * CUDA_SAMPLER_MAX_LOGPROBS + k], idx[k]);
+                assert_true(fabs(tlp[r * CUDA_SAMPLER_MAX_LOGPROBS + k] - (x[idx[k]] - lse)) <
+                            1e-4);
+            }
+            free(idx);
+        }
+        printf("  sampler V %d: %d of %d rows differ from the reference, %d from the CPU sampler\n",
+               V, mism, n, mism_cpu);
+        assert_true(mism <= 1 && mism_cpu <= 1);
+        free(logits);
+    }
+}
+
+static void test_sampler_distribution(void **state) {
+    (void)state;
+    /* one distribution, 4000 draws (rows with draw indices 0..3999): each draw against the
+     * reference, and the histogram against the exact probabilities */
+    const int V = 64, n = small_run() > 1 ? 128 : 4000; /* racecheck runs: a few rows */
+    float base[64];
+    for (int i = 0; i < V; i++)
+        base[i] = 2 * frand();
+    base[3] = base[4]; /* a tie */
+    const struct {
+        float t, p, mp;
+        int k;
+    } cfgs[] = {{1.0f, 1, 0, 0}, {0.8f, 0.9f, 0, 20}, {1.5f, 0.7f, 0.1f, 0}, {1.0f, 1, 0, 7}};
+    float *logits = xmalloc((size_t)n * V * 4);
+    for (int r = 0; r < n; r++)
+        memcpy(logits + (int64_t)r * V, base, sizeof base);
+    for (int ci = 0; ci < 4; ci++) {
+        RefRow *rr = xcalloc(n, sizeof *rr);
+        for (int r = 0; r < n; r++)
+            rr[r] = (RefRow){.temperature = cfgs[ci].t,
+                             .top_p = cfgs[ci].p,
+                             .min_p = cfgs[ci].mp,
+                             .top_k = cfgs[ci].k,
+                             .rep = 1,
+                             .num_logprobs = -1,
+                             .seed = 99,
+                             .index = r};
+        int32_t *tok = xmalloc(n * 4);
+        float *lp = xmalloc(n * 4);
+        run_sampler(logits, n, V, rr, tok, lp, NULL, NULL);
+        double p[64], emp[64] = {0}, emp_cpu[64] = {0}, tv = 0, tv_cpu = 0;
+        int mism = 0, mism_cpu = 0;
+        for (int r = 0; r < n; r++) {
+            int want = ref_sample(base, V, &rr[r], r == 0 ? p : NULL);
+            int cwant = cpu_sample(base, V, &rr[r], NULL, NULL, NULL);
+            mism += tok[r] != want;
+            mism_cpu += tok[r] != cwant;
+            emp[tok[r]] += 1.0 / n;
+            emp_cpu[cwant] += 1.0 / n;
+        }
+        for (int i = 0; i < V; i++)
+            tv += 0.5 * fabs(emp[i] - p[i]), tv_cpu += 0.5 * fabs(emp[i] - emp_cpu[i]);
+        printf(
+            "  sampler distribution %d: TV distance %.4f to the exact one, %.4f to the CPU "
+            "sampler's draws; %d of %d draws differ from the reference, %d from the CPU sampler\n",
+            ci, tv, tv_cpu, mism, n, mism_cpu);
+        if (n >= 4000) assert_true(tv < 0.05);
+        assert_true(mism <= n / 100 && mism_cpu <= n / 100);
+        free(rr), free(tok), free(lp);
+    }
+    free(logits);
+}
+
+int main(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
+        printf("skipped: no GPU\n");
+        return 77;
+    }
+    struct cudaDeviceProp prop;
+    cudaGetDeviceProperties(&prop, 0);
+    printf("GPU: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
+           prop.multiProcessorCount);
+    g_pool = threadpool_create(0);
+    cudaStreamCreate(&g_stream);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_residual_rmsnorm),
+        cmocka_unit_test(test_qk_norm_rope),
+        cmocka_unit_test(test_store_kvcache),
+        cmocka_unit_test(test_silu_mul_gather_bias),
+        cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_attention_prefill),
+        cmocka_unit_test(test_attention_decode),
+        cmocka_unit_test(test_sampler_rows),
+        cmocka_unit_test(test_sampler_distribution),
+    };
+    /* CVLLM_TEST_FILTER=attention* (a cmocka pattern): a subset, for compute-sanitizer runs */
+    if (getenv("CVLLM_TEST_FILTER")) cmocka_set_test_filter(getenv("CVLLM_TEST_FILTER"));
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    cudaStreamDestroy(g_stream);
+    threadpool_destroy(g_pool);
+    return rc;
+}
