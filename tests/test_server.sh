@@ -81,8 +81,9 @@ else
   echo "skipped live view: no chromium"
 fi
 
-# under AddressSanitizer RSS grows by the quarantine; leaks are LeakSanitizer's job at exit
-if grep -q __asan_init "$B" 2>/dev/null; then export CVLLM_SKIP_RSS_CHECK=1; fi
+# under AddressSanitizer / ThreadSanitizer RSS grows by their own bookkeeping (ASan's quarantine);
+# leaks are LeakSanitizer's job at exit
+if grep -qE "__asan_init|__tsan_init" "$B" 2>/dev/null; then export CVLLM_SKIP_RSS_CHECK=1; fi
 # load: 200 concurrent streams, three rounds, idle metrics and memory after each
 node tests/js/server_test.mjs load "http://127.0.0.1:$BASIC_PORT" sekret tiny-qwen3 "$BASIC_PID" "$LOAD_N" 3 || fails=$((fails + 1))
 
