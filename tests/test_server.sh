@@ -94,6 +94,12 @@ check "bench serve: json with vLLM's keys" "python3 -c \"import json,sys; d=json
 "$B" bench serve --base-url "http://127.0.0.1:$BASIC_PORT" --api-key sekret --model tiny-qwen3 --num-seqs 8 --input-len 16 \
   --output-len 8 --request-rate 50 > "$T/bench.txt" 2>&1
 check "bench serve: text report" "grep -q 'Successful requests: *8' $T/bench.txt && grep -q 'Mean TTFT (ms)' $T/bench.txt && grep -q 'P99 ITL (ms)' $T/bench.txt"
+printf '%s\n' '{"prompt": "Hello there", "max_tokens": 8}' '{"prompt": [1, 2, 3], "max_tokens": 5}' > "$T/ds.jsonl"
+"$B" bench serve --base-url "http://127.0.0.1:$BASIC_PORT" --api-key sekret --dataset-path "$T/ds.jsonl" --output json > "$T/ds.json" 2>&1
+check "bench serve: a JSONL dataset" "python3 -c \"import json,sys; d=json.load(open('$T/ds.json')); sys.exit(0 if d['completed']==2 and d['total_output_tokens']==13 else 1)\""
+printf '%s\n' '{"prompt": "Hello there", "max_tokens": 8}' '{"prompt": "Why?", "max_tokens": 6}' > "$T/dsc.jsonl"
+"$B" bench serve --base-url "http://127.0.0.1:$BASIC_PORT" --api-key sekret --endpoint /v1/chat/completions --dataset-path "$T/dsc.jsonl" --output json > "$T/dsc.json" 2>&1
+check "bench serve: the chat endpoint" "python3 -c \"import json,sys; d=json.load(open('$T/dsc.json')); sys.exit(0 if d['completed']==2 and d['total_output_tokens']==14 else 1)\""
 "$B" bench serve --base-url "http://127.0.0.1:$BASIC_PORT" --num-seqs 2 --input-len 4 --output-len 4 --model tiny-qwen3 > "$T/nokey.txt" 2>&1
 check "bench serve: a refused endpoint is an error" "[ \$? != 0 ] && grep -q '401' $T/nokey.txt"
 
