@@ -372,6 +372,9 @@ static int job_prepare(Server *s, Job *j, OaiError *err) {
             }
         }
     }
+    for (int i = 0; i < rq->num_stop_token_ids; i++)
+        if (rq->stop_token_ids[i] >= s->vocab)
+            return oai_error(err, 400, "stop_token_ids", "stop token id %d is outside the vocabulary (%d)", rq->stop_token_ids[i], s->vocab);
     const char *pparam = rq->endpoint == OAI_CHAT ? "messages" : "prompt";
     int longest = 0;
     for (int i = 0; i < j->nprompts; i++) {

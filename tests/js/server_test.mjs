@@ -177,6 +177,7 @@ async function basic(base, key, model, maxLen) {
   await expectStatus("400 impossible max_tokens", 400, () => client.completions.create({ ...p, max_tokens: maxLen }));
   await expectStatus("400 max_tokens 0", 400, () => client.completions.create({ ...p, max_tokens: 0 }));
   await expectStatus("400 id outside the vocabulary", 400, () => client.completions.create({ ...p, prompt: [1, 99999999] }));
+  await expectStatus("400 stop token id outside the vocabulary", 400, () => client.completions.create({ ...p, stop_token_ids: [99999999] }));
   await expectStatus("400 missing messages", 400, () => client.chat.completions.create({ model }));
   await expectStatus("400 tool_choice required", 400, () => client.chat.completions.create({ ...cp, tool_choice: "required",
     tools: [{ type: "function", function: { name: "f", parameters: { type: "object", properties: {} } } }] }));
