@@ -341,9 +341,12 @@ static void test_gemm(void **state) {
     CK(cudaMalloc(&ws, 32 << 20));
     CudaGemm *g = NULL;
     OK(gemm_create(&g, ws, 32 << 20));
-    const int shapes[][3] = {{1, 1024, 1024},  {3, 4096, 1024}, {17, 3072, 1024}, {64, 512, 96},
-                             {257, 1000, 320}, {5, 151936, 64}, {1000, 96, 128}};
-    for (int si = 0; si < 7; si++)
+    /* T <= 4 with K % 8 == 0 runs in gemv.cu (T 1..4, K 1024, 3072, 64, 2048); {2, 96, 100}: K
+     * not a multiple of 8, cuBLASLt */
+    const int shapes[][3] = {{1, 1024, 1024},  {3, 4096, 1024},  {17, 3072, 1024}, {64, 512, 96},
+                             {257, 1000, 320}, {5, 151936, 64},  {1000, 96, 128},  {2, 1024, 3072},
+                             {4, 6144, 1024},  {1, 1023, 2048}, {2, 96, 100}};
+    for (int si = 0; si < 11; si++)
         for (int di = 0; di < 3; di++) {
             const int T = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
             const DType dt = DTYPES[di];
@@ -505,7 +508,16 @@ static void run_attention_case(const AttnCase *c) {
                  "%s attention hd %d heads %d/%d bs %d kv %s out %s seqs %d ctx0 %d q0 %d",
                  kind ? "decode" : "prefill", hd, nh, nkv, bs, dtype_name(c->kvdt),
                  dtype_name(c->adt), S, c->ctx[0], c->qlen[0]);
-        compare(what, got, ref, (int64_t)T * nh * hd, tol_for(c->adt, 2e-5));
+        double tol = tol_for(c->adt, 2e-5);
+        /* the tensor-core prefill rounds q and the softmax weights to the cache's 16-bit type */
+        const int tc = kind == 0 && attention_prefill_uses_tc(&p);
+        if (tc) {
+            const double t16 = c->kvdt == DTYPE_BF16 ? 2e-2 : 4e-3;
+            if (tol < t16) tol = t16;
+            strncat(what, " (tensor cores)", sizeof what - strlen(what) - 1);
+        }
+        const double rel = compare(what, got, ref, (int64_t)T * nh * hd, tol);
+        if (tc) printf("    %s: %.2e\n", what, rel);
         cudaFree(p.out);
         cudaFree(ws);
     }

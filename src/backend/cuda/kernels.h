@@ -114,6 +114,11 @@ int attention_decode_cuda(const AttentionParams *p, int num_parts, void *d_ws, c
  * a block per (32-query tile, query head, sequence), keys in 32-key shared-memory tiles with an
  * online softmax. CPU: attention_cpu. */
 int attention_prefill_cuda(const AttentionParams *p, cudaStream_t stream);
+/* Whether attention_prefill_cuda takes the tensor-core kernel for p (a bf16 / f16 cache, head_dim
+ * 64 or 128, 16-byte aligned q rows, CVLLM_CUDA_ATTN_SIMT unset): q and the softmax weights are
+ * then rounded to the cache's dtype (flash-attention's arithmetic), within about 1e-2 (bf16) or
+ * 2e-3 (f16) of the f32 twin instead of f32 rounding. */
+int attention_prefill_uses_tc(const AttentionParams *p);
 
 /* ---------------------------------------------------------------- matrix products (gemm.c) */
 
@@ -125,6 +130,13 @@ void gemm_destroy(CudaGemm *g);
  * accumulation (bf16/f16 on the tensor cores; f32 exactly, no TF32). CPU: matmul_cpu. */
 int gemm_cuda(CudaGemm *g, float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType adt,
               int T, int N, int K, cudaStream_t stream);
+
+/* y[T, N] (row stride ldy, f32) = x[T, K] @ W[N, K]^T for a few tokens (gemv.cu): bf16 / f16,
+ * T <= 8, K a multiple of 8, x and W 16-byte aligned (gemv_cuda_supported). gemm_cuda takes it
+ * for T <= CVLLM_CUDA_GEMV_MAX_T (default 4; 0: never). CPU: matmul_cpu. */
+int gemv_cuda_supported(DType adt, int T, int K, const void *d_x, const void *d_w);
+int gemv_cuda(float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType adt, int T, int N,
+              int K, cudaStream_t stream);
 
 /* ---------------------------------------------------------------- sampling (sampler.cu) */
 
