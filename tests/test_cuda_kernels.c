@@ -238,6 +238,44 @@ static void test_qk_norm_rope(void **state) {
             }
             dev_download(got, d, n * sizeof(float));
             compare("qk_norm_rope", got, ref, n, 1e-4);
+            { /* the fused launch of the step: the same rows, and k / v stored at the slots */
+                const DType kdt = DTYPES[(hi + norm) % 3];
+                const int kvd = nkv * hd, nslots = 2 * T;
+                int64_t slot[T];
+                for (int t = 0; t < T; t++)
+                    slot[t] = t % 4 == 1 ? -1 : (t * 5) % nslots; /* distinct */
+                float *d2 = dev_upload(qkv, n * sizeof(float));
+                int64_t *dslot = dev_upload(slot, sizeof slot);
+                const size_t cb = (size_t)nslots * kvd * dtype_size(kdt);
+                void *kc = dev_poisoned(cb), *vc = dev_poisoned(cb);
+                OK(qk_norm_rope_store_cuda(d2, ld, dpos, dinv, norm ? dqn : NULL,
+                                           norm ? dkn : NULL, T, nh, nkv, hd, 1e-6f, kc, vc, kdt,
+                                           dslot, g_stream));
+                float *got2 = xmalloc(n * sizeof(float));
+                dev_download(got2, d2, n * sizeof(float));
+                compare("qk_norm_rope_store rows", got2, ref, n, 1e-4);
+                void *kh = xmalloc(cb), *vh = xmalloc(cb);
+                dev_download(kh, kc, cb);
+                dev_download(vh, vc, cb);
+                float *kf = xmalloc((size_t)nslots * kvd * 4), *vf = xmalloc((size_t)nslots * kvd * 4);
+                unpack(kdt, kh, kf, (int64_t)nslots * kvd);
+                unpack(kdt, vh, vf, (int64_t)nslots * kvd);
+                float *gk = xmalloc((size_t)T * 2 * kvd * 4), *wk = xmalloc((size_t)T * 2 * kvd * 4);
+                int64_t m = 0;
+                for (int t = 0; t < T; t++) {
+                    if (slot[t] < 0) continue;
+                    memcpy(gk + m, kf + slot[t] * kvd, (size_t)kvd * 4);
+                    memcpy(gk + m + kvd, vf + slot[t] * kvd, (size_t)kvd * 4);
+                    for (int i = 0; i < kvd; i++) {
+                        wk[m + i] = round_to(kdt, ref[t * ld + (int64_t)nh * hd + i]);
+                        wk[m + kvd + i] = round_to(kdt, ref[t * ld + (int64_t)(nh + nkv) * hd + i]);
+                    }
+                    m += 2 * kvd;
+                }
+                compare("qk_norm_rope_store cache", gk, wk, m, tol_for(kdt, 1e-4));
+                cudaFree(d2), cudaFree(dslot), cudaFree(kc), cudaFree(vc);
+                free(got2), free(kh), free(vh), free(kf), free(vf), free(gk), free(wk);
+            }
             cudaFree(d), cudaFree(dinv), cudaFree(dqn), cudaFree(dkn), cudaFree(dpos);
             free(qkv), free(ref), free(got);
         }

@@ -627,10 +627,9 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
         TRY(gemm_cuda(c->gemm, c->qkv, c->qkvd, c->h, cl->qkv_w, c->adt, T, c->qkvd, H, st));
         PROF(c, PC_OTHER);
         if (cl->qkv_bias) TRY(add_bias_cuda(c->qkv, c->qkvd, cl->qkv_bias, T, c->qkvd, st));
-        TRY(qk_norm_rope_cuda(c->qkv, c->qkvd, c->d_pos, c->inv_freq, cl->q_norm, cl->k_norm, T,
-                              c->heads, c->kvh, c->hd, eps, st));
-        TRY(store_kvcache_cuda(c->qkv + c->qd, c->qkv + c->qd + c->kvd, c->qkvd, kc, vc, c->kvdt,
-                               c->d_slots, T, c->kvd, st));
+        TRY(qk_norm_rope_store_cuda(c->qkv, c->qkvd, c->d_pos, c->inv_freq, cl->q_norm,
+                                    cl->k_norm, T, c->heads, c->kvh, c->hd, eps, kc, vc, c->kvdt,
+                                    c->d_slots, st));
         ap.k_cache = kc;
         ap.v_cache = vc;
         PROF(c, PC_ATTN);

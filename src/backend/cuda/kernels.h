@@ -45,6 +45,15 @@ int embedding_cuda(float *d_x, const void *d_embed, DType edt, const int32_t *d_
 int residual_rmsnorm_cuda(float *d_x, const float *d_add, const float *d_w, void *d_h, DType adt,
                           int T, int H, float eps, cudaStream_t stream);
 
+/* qk_norm_rope_cuda then store_kvcache_cuda (k at column n_heads*hd, v after it, of the same
+ * rows) in one launch; the qkv rows hold the normed, rotated q and k afterwards, as with the two.
+ * CPU: qk_rope_store_job. */
+int qk_norm_rope_store_cuda(float *d_qkv, int64_t ld, const int32_t *d_positions,
+                            const float *d_inv_freq, const float *d_q_norm, const float *d_k_norm,
+                            int T, int n_heads, int n_kv_heads, int hd, float eps, void *d_k_cache,
+                            void *d_v_cache, DType kvdt, const int64_t *d_slot_mapping,
+                            cudaStream_t stream);
+
 /* y[t, n] += bias[n], y: [T, ld] (first N columns).   CPU: the bias of matmul_rows_scalar. */
 int add_bias_cuda(float *d_y, int64_t ld, const float *d_bias, int T, int N, cudaStream_t stream);
 
