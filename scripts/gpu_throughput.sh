@@ -67,6 +67,8 @@ if [ -x "$H/bin/cvllm-base" ]; then
     b base-prefill cvllm-base prefill
 fi
 b new-batch1-nogemv cvllm batch1 CVLLM_CUDA_GEMV_MAX_T=0
+b new-batch1-gemv-wide cvllm batch1 CVLLM_CUDA_GEMV=wide
+b new-batch1-gemv-warp cvllm batch1 CVLLM_CUDA_GEMV=warp
 b new-prefill-simt cvllm prefill CVLLM_CUDA_ATTN_SIMT=1
 b new-default-eager-prof cvllm default CVLLM_CUDA_PROFILE=1 -- --enforce-eager
 grep -h "cuda profile" "$L"
@@ -82,6 +84,11 @@ for bin in cvllm cvllm-base; do
     timeout 90 bash "$H/run.sh" "$bin" bench ops --device cuda all >>"$L" 2>&1
     echo "bench ops $bin: rc $?" | tee -a "$OUT/summary.txt"
 done
+for v in wide warp; do
+    echo "==== bench ops gemm, CVLLM_CUDA_GEMV=$v" >>"$L"
+    CVLLM_CUDA_GEMV=$v timeout 60 bash "$H/run.sh" cvllm bench ops --device cuda gemm >>"$L" 2>&1
+done
+grep -A12 "^decode attention" "$L" | tail -26
 echo "== summary"
 cat "$OUT/summary.txt"
 rm -f "$OUT/summary.txt.tmp"

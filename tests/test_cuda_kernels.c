@@ -379,12 +379,12 @@ static void test_gemm(void **state) {
     CK(cudaMalloc(&ws, 32 << 20));
     CudaGemm *g = NULL;
     OK(gemm_create(&g, ws, 32 << 20));
-    /* T <= 4 with K % 8 == 0 runs in gemv.cu (T 1..4, K 1024, 3072, 64, 2048); {2, 96, 100}: K
-     * not a multiple of 8, cuBLASLt */
+    /* T <= 4 with K % 8 == 0 runs in gemv.cu (T 1..4, K 1024, 3072, 2048; N >= 2048 a warp per
+     * row, odd N of both kinds); {2, 96, 100}: K not a multiple of 8, cuBLASLt */
     const int shapes[][3] = {{1, 1024, 1024},  {3, 4096, 1024},  {17, 3072, 1024}, {64, 512, 96},
                              {257, 1000, 320}, {5, 151936, 64},  {1000, 96, 128},  {2, 1024, 3072},
-                             {4, 6144, 1024},  {1, 1023, 2048}, {2, 96, 100}};
-    for (int si = 0; si < 11; si++)
+                             {4, 6144, 1024},  {1, 1023, 2048}, {2, 96, 100},    {2, 2049, 2048}};
+    for (int si = 0; si < 12; si++)
         for (int di = 0; di < 3; di++) {
             const int T = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
             const DType dt = DTYPES[di];

@@ -26,6 +26,7 @@
 #define DEC_WARPS 4
 #define DEC_QH 4 /* query heads per decode block, at most (a block takes min(group, 4), 3 as 4) */
 #define DEC_U 4  /* key groups a warp loads before it computes on them (loads in flight) */
+#define DEC_TAB 256 /* block-table entries a decode block stages in shared memory at a time */
 #define PRE_BQ 32
 #define PRE_BK 32
 
@@ -112,60 +113,136 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
                           : 0.0f;
         }
     }
-    /* the loop bound is the same for the whole warp (the shuffles need every lane): a lane
-     * group past the end computes on zeros and throws the result away. A warp loads U groups of
-     * KPW keys (its U * KPW consecutive keys) before computing on them, so that U loads of K and
-     * of V per lane are in flight at once. */
-    for (int jb = j0 + warp * KPW * U; jb < j1; jb += DEC_WARPS * KPW * U) {
-        float k[U][VEC], v[U][VEC];
-        bool valid[U];
+    /* online softmax update of the QH heads with one lane group's key (k, v in f32) */
+    auto update = [&](const float *k, const float *v, bool valid) {
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int j = jb + u * KPW + gi;
-            valid[u] = j < j1;
-            if (valid[u]) {
-                const int64_t slot =
-                    (int64_t)table[j / p.block_size] * p.block_size + j % p.block_size;
-                const int64_t off = slot * kv_stride + (int64_t)kvh * hd + li * VEC;
-                if (full) {
-                    load_vec<C, VEC>(kc + off, k[u]);
-                    load_vec<C, VEC>(vc + off, v[u]);
-                } else {
+        for (int h = 0; h < QH; h++) {
+            float d = 0.0f;
 #pragma unroll
-                    for (int e = 0; e < VEC; e++) {
-                        const bool in = li * VEC + e < hd;
-                        k[u][e] = in ? to_f32(kc[off + e]) : 0.0f;
-                        v[u][e] = in ? to_f32(vc[off + e]) : 0.0f;
+            for (int e = 0; e < VEC; e++)
+                d += q[h][e] * k[e];
+#pragma unroll
+            for (int o = LANES / 2; o > 0; o >>= 1)
+                d += __shfl_xor_sync(0xffffffffu, d, o);
+            if (!valid) continue;
+            const float sc = d * p.scale;
+            const float mn = fmaxf(m[h], sc);
+            const float corr = expf(m[h] - mn); /* m = -inf (first key): 0 */
+            const float pe = expf(sc - mn);
+            l[h] = l[h] * corr + pe;
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                acc[h][e] = acc[h][e] * corr + pe * v[e];
+            m[h] = mn;
+        }
+    };
+    if (full) {
+        /* 16-byte rows (VEC * sizeof(C) == 16 whenever hd == HD). The partition's block-table
+         * entries are staged in shared memory (DEC_TAB at a time), and a warp's loads for its
+         * next U key groups are issued before it computes on the current ones, so that neither
+         * the table lookup nor the K/V load is a round trip the warp waits for. */
+        __shared__ int32_t sm_tab[DEC_TAB];
+        const int bs = p.block_size, step = DEC_WARPS * KPW * U;
+        for (int cs = j0; cs < j1;) {
+            const int b0 = cs / bs;
+            const int ce = min(j1, (b0 + DEC_TAB) * bs);
+            const int nb = (ce - 1) / bs - b0 + 1;
+            __syncthreads(); /* the previous chunk's entries are no longer read */
+            for (int i = threadIdx.x; i < nb; i += blockDim.x)
+                sm_tab[i] = table[b0 + i];
+            __syncthreads();
+            uint4 kr[U], vr[U];
+            auto load = [&](int jb_, uint4 *kr_, uint4 *vr_) {
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const int j = jb_ + u * KPW + gi;
+                    if (j < ce) {
+                        const int64_t slot = (int64_t)sm_tab[j / bs - b0] * bs + j % bs;
+                        const int64_t off = slot * kv_stride + (int64_t)kvh * hd + li * VEC;
+                        kr_[u] = *(const uint4 *)(kc + off);
+                        vr_[u] = *(const uint4 *)(vc + off);
+                    } else {
+                        kr_[u] = make_uint4(0, 0, 0, 0);
+                        vr_[u] = make_uint4(0, 0, 0, 0);
                     }
                 }
-            } else {
+            };
+            int jb = cs + warp * KPW * U;
+            if (jb < ce) load(jb, kr, vr);
+            for (; jb < ce; jb += step) {
+                uint4 kn[U], vn[U];
+                if (jb + step < ce) load(jb + step, kn, vn);
 #pragma unroll
-                for (int e = 0; e < VEC; e++)
-                    k[u][e] = v[u][e] = 0.0f;
+                for (int u = 0; u < U; u++) {
+                    float k[VEC], v[VEC];
+                    const C *ke = (const C *)&kr[u], *ve = (const C *)&vr[u];
+#pragma unroll
+                    for (int e = 0; e < VEC; e++)
+                        k[e] = to_f32(ke[e]), v[e] = to_f32(ve[e]);
+                    update(k, v, jb + u * KPW + gi < ce);
+                }
+#pragma unroll
+                for (int u = 0; u < U; u++)
+                    kr[u] = kn[u], vr[u] = vn[u];
             }
+            cs = ce;
         }
+    } else {
+        /* the loop bound is the same for the whole warp (the shuffles need every lane): a lane
+         * group past the end computes on zeros and throws the result away. A warp loads U groups of
+         * KPW keys (its U * KPW consecutive keys) before computing on them, so that U loads of K and
+         * of V per lane are in flight at once. */
+        for (int jb = j0 + warp * KPW * U; jb < j1; jb += DEC_WARPS * KPW * U) {
+            float k[U][VEC], v[U][VEC];
+            bool valid[U];
 #pragma unroll
-        for (int u = 0; u < U; u++)
+            for (int u = 0; u < U; u++) {
+                const int j = jb + u * KPW + gi;
+                valid[u] = j < j1;
+                if (valid[u]) {
+                    const int64_t slot =
+                        (int64_t)table[j / p.block_size] * p.block_size + j % p.block_size;
+                    const int64_t off = slot * kv_stride + (int64_t)kvh * hd + li * VEC;
+                    if (full) {
+                        load_vec<C, VEC>(kc + off, k[u]);
+                        load_vec<C, VEC>(vc + off, v[u]);
+                    } else {
 #pragma unroll
-            for (int h = 0; h < QH; h++) {
-                float d = 0.0f;
+                        for (int e = 0; e < VEC; e++) {
+                            const bool in = li * VEC + e < hd;
+                            k[u][e] = in ? to_f32(kc[off + e]) : 0.0f;
+                            v[u][e] = in ? to_f32(vc[off + e]) : 0.0f;
+                        }
+                    }
+                } else {
 #pragma unroll
-                for (int e = 0; e < VEC; e++)
-                    d += q[h][e] * k[u][e];
-#pragma unroll
-                for (int o = LANES / 2; o > 0; o >>= 1)
-                    d += __shfl_xor_sync(0xffffffffu, d, o);
-                if (!valid[u]) continue;
-                const float sc = d * p.scale;
-                const float mn = fmaxf(m[h], sc);
-                const float corr = expf(m[h] - mn); /* m = -inf (first key): 0 */
-                const float pe = expf(sc - mn);
-                l[h] = l[h] * corr + pe;
-#pragma unroll
-                for (int e = 0; e < VEC; e++)
-                    acc[h][e] = acc[h][e] * corr + pe * v[u][e];
-                m[h] = mn;
+                    for (int e = 0; e < VEC; e++)
+                        k[u][e] = v[u][e] = 0.0f;
+                }
             }
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int h = 0; h < QH; h++) {
+                    float d = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < VEC; e++)
+                        d += q[h][e] * k[u][e];
+#pragma unroll
+                    for (int o = LANES / 2; o > 0; o >>= 1)
+                        d += __shfl_xor_sync(0xffffffffu, d, o);
+                    if (!valid[u]) continue;
+                    const float sc = d * p.scale;
+                    const float mn = fmaxf(m[h], sc);
+                    const float corr = expf(m[h] - mn); /* m = -inf (first key): 0 */
+                    const float pe = expf(sc - mn);
+                    l[h] = l[h] * corr + pe;
+#pragma unroll
+                    for (int e = 0; e < VEC; e++)
+                        acc[h][e] = acc[h][e] * corr + pe * v[u][e];
+                    m[h] = mn;
+                }
+        }
     }
     /* merge the lane groups of the warp (the lanes of a group stay apart: xor offsets >= LANES) */
 #pragma unroll

@@ -8,6 +8,9 @@
  * row's partial sums meet by shuffles and shared memory. cuBLASLt's kernels at T = 1 reached about
  * 530 GB/s on the qkv product of qwen3-0.6b (docs/BENCHMARKS.md), a few microseconds of
  * weights in about 16 us. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "backend/cuda/cuda_util.cuh"
 
 #define GEMV_THREADS 256
@@ -64,6 +67,50 @@ __global__ void __launch_bounds__(GEMV_THREADS)
     }
 }
 
+/* The same product with a warp per row of W (8 rows a block): each lane's 16-byte loads every
+ * 256 columns unrolled, no shared memory; for the tall matrices (qkv, gate/up, lm_head). */
+template <typename C, int TT>
+__global__ void __launch_bounds__(256)
+    gemv_warp_kernel(float *__restrict__ y, int64_t ldy, const C *__restrict__ x,
+                     const C *__restrict__ w, int N, int K) {
+    const int lane = threadIdx.x & 31;
+    const int n = blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (n >= N) return; /* a whole warp: nothing below synchronizes the block */
+    const C *wr = w + (int64_t)n * K;
+    float acc[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++)
+        acc[t] = 0.0f;
+#pragma unroll 4
+    for (int k = lane * 8; k < K; k += 256) {
+        float wf[8], xf[8];
+        unpack8<C>(__ldg((const uint4 *)(wr + k)), wf);
+#pragma unroll
+        for (int t = 0; t < TT; t++) {
+            unpack8<C>(__ldg((const uint4 *)(x + (int64_t)t * K + k)), xf);
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                acc[t] += wf[i] * xf[i];
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+        const float v = warp_sum(acc[t]);
+        if (lane == t) y[(int64_t)t * ldy + n] = v;
+    }
+}
+
+/* CVLLM_CUDA_GEMV: "wide" (2 rows a block), "warp" (a warp per row) or unset: a warp per row when
+ * N >= 2048, else wide. */
+static int gemv_use_warp(int N) {
+    static int v = -2;
+    if (v == -2) {
+        const char *e = getenv("CVLLM_CUDA_GEMV");
+        v = e && !strcmp(e, "wide") ? 0 : e && !strcmp(e, "warp") ? 1 : -1;
+    }
+    return v >= 0 ? v : N >= 2048;
+}
+
 extern "C" int gemv_cuda_supported(DType adt, int T, int K, const void *d_x, const void *d_w) {
     return (adt == DTYPE_BF16 || adt == DTYPE_F16) && T >= 1 && T <= 8 && K % 8 == 0 &&
            ((uintptr_t)d_x & 15) == 0 && ((uintptr_t)d_w & 15) == 0;
@@ -72,12 +119,16 @@ extern "C" int gemv_cuda_supported(DType adt, int T, int K, const void *d_x, con
 template <typename C>
 static void launch_gemv(float *y, int64_t ldy, const void *x, const void *w, int T, int N, int K,
                         cudaStream_t st) {
-    const dim3 grid((N + GEMV_ROWS - 1) / GEMV_ROWS);
+    const int warp = gemv_use_warp(N);
+    const dim3 grid(warp ? (N + 7) / 8 : (N + GEMV_ROWS - 1) / GEMV_ROWS);
     const C *xc = (const C *)x, *wc = (const C *)w;
     switch (T) {
 #define GEMV_CASE(TT)                                                                              \
     case TT:                                                                                       \
-        gemv_kernel<C, TT><<<grid, GEMV_THREADS, 0, st>>>(y, ldy, xc, wc, N, K);                   \
+        if (warp)                                                                                  \
+            gemv_warp_kernel<C, TT><<<grid, 256, 0, st>>>(y, ldy, xc, wc, N, K);                   \
+        else                                                                                       \
+            gemv_kernel<C, TT><<<grid, GEMV_THREADS, 0, st>>>(y, ldy, xc, wc, N, K);               \
         break;
         GEMV_CASE(1)
         GEMV_CASE(2)
