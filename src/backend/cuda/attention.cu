@@ -136,8 +136,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             m[h] = mn;
         }
     };
-    if (full) {
-        /* 16-byte rows (VEC * sizeof(C) == 16 whenever hd == HD). The partition's block-table
+    bool done = false;
+    if constexpr (VEC * sizeof(C) == 16) if (full) {
+        /* a lane's VEC elements are one 16-byte load (all but f32 at head_dim 256). The partition's block-table
          * entries are staged in shared memory (DEC_TAB at a time), and a warp's loads for its
          * next U key groups are issued before it computes on the current ones, so that neither
          * the table lookup nor the K/V load is a round trip the warp waits for. */
@@ -187,7 +188,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
             }
             cs = ce;
         }
-    } else {
+        done = true;
+    }
+    if (!done) {
         /* the loop bound is the same for the whole warp (the shuffles need every lane): a lane
          * group past the end computes on zeros and throws the result away. A warp loads U groups of
          * KPW keys (its U * KPW consecutive keys) before computing on them, so that U loads of K and
@@ -340,7 +343,9 @@ extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms)
     const int group = p->n_heads / p->n_kv_heads, qh = dec_qh(group);
     const int chunks = (group + qh - 1) / qh;
     const int64_t blocks = (int64_t)p->num_seqs * p->n_kv_heads * chunks;
-    int want = (int)((2 * (int64_t)num_sms + blocks - 1) / blocks); /* two blocks per SM */
+    /* four blocks per SM (about what fits): a grid of one or two waves at mid-size batches
+     * leaves SMs idle in its last wave */
+    int want = (int)((4 * (int64_t)num_sms + blocks - 1) / blocks);
     const int by_ctx = (p->max_seqlen_k + 255) / 256;               /* >= 256 keys a part */
     if (want > by_ctx) want = by_ctx;
     if (want > 64) want = 64;

@@ -344,7 +344,7 @@ out:
 /* The activation workspace, the step inputs and the sampler's buffers (device and pinned). */
 static int alloc_workspace(CudaBackend *c) {
     const size_t T = (size_t)c->Tmax, S = (size_t)c->Smax, es = dtype_size(c->adt);
-    /* decode attention partitions: S * parts stays below S + 2 * SMs (attention_decode_num_parts
+    /* decode attention partitions: S * parts stays below S + 4 * SMs (attention_decode_num_parts
      * gives a sequence more than one partition only while the grid is small) */
     int parts_max = 1;
     for (int s = 1; s <= c->Smax; s++) {
