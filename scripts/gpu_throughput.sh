@@ -8,6 +8,8 @@
 # optimizations switched off where a switch exists, with bin/cvllm-base when the bundle has one
 # (the build before the change), a profiled --enforce-eager run (the decode step by op class),
 # the engine tests, and `bench ops --device cuda` for both binaries. Logs: $OUT/bench.log.
+# VARIANTS=1 adds the switched-off runs (CVLLM_CUDA_GEMV_MAX_T=0, CVLLM_CUDA_GEMV=wide|warp,
+# CVLLM_CUDA_ATTN_SIMT=1).
 H=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp}
 L=$OUT/bench.log
@@ -66,10 +68,17 @@ if [ -x "$H/bin/cvllm-base" ]; then
     b base-batch1 cvllm-base batch1
     b base-prefill cvllm-base prefill
 fi
-b new-batch1-nogemv cvllm batch1 CVLLM_CUDA_GEMV_MAX_T=0
-b new-batch1-gemv-wide cvllm batch1 CVLLM_CUDA_GEMV=wide
-b new-batch1-gemv-warp cvllm batch1 CVLLM_CUDA_GEMV=warp
-b new-prefill-simt cvllm prefill CVLLM_CUDA_ATTN_SIMT=1
+# a second run of each (the spread between runs)
+b new-default-2 cvllm default
+b new-fixed-2 cvllm fixed
+b new-batch1-2 cvllm batch1
+b new-prefill-2 cvllm prefill
+if [ -n "${VARIANTS:-}" ]; then
+    b new-batch1-nogemv cvllm batch1 CVLLM_CUDA_GEMV_MAX_T=0
+    b new-batch1-gemv-wide cvllm batch1 CVLLM_CUDA_GEMV=wide
+    b new-batch1-gemv-warp cvllm batch1 CVLLM_CUDA_GEMV=warp
+    b new-prefill-simt cvllm prefill CVLLM_CUDA_ATTN_SIMT=1
+fi
 b new-default-eager-prof cvllm default CVLLM_CUDA_PROFILE=1 -- --enforce-eager
 grep -h "cuda profile" "$L"
 
@@ -84,7 +93,7 @@ for bin in cvllm cvllm-base; do
     timeout 90 bash "$H/run.sh" "$bin" bench ops --device cuda all >>"$L" 2>&1
     echo "bench ops $bin: rc $?" | tee -a "$OUT/summary.txt"
 done
-for v in wide warp; do
+for v in ${VARIANTS:+wide warp}; do
     echo "==== bench ops gemm, CVLLM_CUDA_GEMV=$v" >>"$L"
     CVLLM_CUDA_GEMV=$v timeout 60 bash "$H/run.sh" cvllm bench ops --device cuda gemm >>"$L" 2>&1
 done

@@ -348,7 +348,8 @@ extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms)
     int want = (int)((4 * (int64_t)num_sms + blocks - 1) / blocks);
     const int by_ctx = (p->max_seqlen_k + 255) / 256;               /* >= 256 keys a part */
     if (want > by_ctx) want = by_ctx;
-    if (want > 64) want = 64;
+    if (want > 32) want = 32; /* a graph is captured for max_model_len: short contexts leave
+                                  * most partitions empty (measured: 64 cost batch 1 6%) */
     return want < 1 ? 1 : want;
 }
 
@@ -552,7 +553,8 @@ static int launch_prefill(const AttentionParams &p, cudaStream_t stream) {
  * on mma.sync.m16n8k16 (bf16 / f16 operands, f32 accumulation). A block of 4 warps takes 64
  * queries of one (sequence, query head): each warp 16 query rows whose Q fragments stay in
  * registers (q rounded once to the cache's dtype, as the model's own activations are); key tiles
- * of 64 are staged in shared memory from the cache through the block table; S = Q K^T and the
+ * of 64 are copied (cp.async, two stages: the next tile's copies overlap this tile's products)
+ * to shared memory from the cache through the block table; S = Q K^T and the
  * online softmax (exp2, scale folded in) stay in registers, P is rounded to the cache's dtype and
  * multiplied by V (ldmatrix.trans) into f32 accumulators. The heaviest query tile of a sequence
  * (its last) is started first. Rounding q and P to 16 bits makes this kernel agree with the f32
@@ -599,8 +601,9 @@ __global__ void __launch_bounds__(128) attention_prefill_tc_kernel(AttentionPara
     constexpr int ND = HD / 8;    /* n-tiles of O */
     constexpr int NK = TC_BK / 8; /* n-tiles of S */
     constexpr int CH = HD / 8;    /* 16-byte chunks per row */
+    constexpr int TILE = TC_BK * LD; /* elements of one K or V tile */
     extern __shared__ __align__(16) unsigned char tc_smem[];
-    C *Ks = (C *)tc_smem, *Vs = Ks + TC_BK * LD;
+    C *const sbase = (C *)tc_smem; /* stage st: K at sbase + st * 2 * TILE, V after it */
     const int s = blockIdx.z, h = blockIdx.y;
     const int q0 = p.cu_seqlens_q[s], qlen = p.cu_seqlens_q[s + 1] - q0;
     const int ntiles = (qlen + TC_BQ - 1) / TC_BQ;
@@ -616,7 +619,8 @@ __global__ void __launch_bounds__(128) attention_prefill_tc_kernel(AttentionPara
     const int kmax = base + rows;        /* keys the tile needs */
     const int r0 = warp * 16;
 
-    /* Q tile (f32 -> C) through the K buffer, then into registers */
+    /* Q tile (f32 -> C) through stage 1's K buffer, then into registers */
+    C *const Qs = sbase + 2 * TILE;
     for (int i = threadIdx.x; i < TC_BQ * (HD / 4); i += blockDim.x) {
         const int r = i / (HD / 4), d = (i % (HD / 4)) * 4;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -625,13 +629,13 @@ __global__ void __launch_bounds__(128) attention_prefill_tc_kernel(AttentionPara
         uint2 u;
         u.x = pack2<C>(v.x, v.y);
         u.y = pack2<C>(v.z, v.w);
-        *(uint2 *)&Ks[r * LD + d] = u;
+        *(uint2 *)&Qs[r * LD + d] = u;
     }
     __syncthreads();
     uint32_t qf[KD][4];
 #pragma unroll
     for (int kk = 0; kk < KD; kk++) {
-        const C *a = &Ks[(r0 + g) * LD + kk * 16 + 2 * t4];
+        const C *a = &Qs[(r0 + g) * LD + kk * 16 + 2 * t4];
         qf[kk][0] = *(const uint32_t *)a;
         qf[kk][1] = *(const uint32_t *)(a + 8 * LD);
         qf[kk][2] = *(const uint32_t *)(a + 8);
@@ -646,23 +650,41 @@ __global__ void __launch_bounds__(128) attention_prefill_tc_kernel(AttentionPara
     const int pos0 = base + r0 + g, pos1 = pos0 + 8;
     const int warp_last = base + r0 + 15; /* the warp's last row position */
 
-    for (int kt = 0; kt < kmax; kt += TC_BK) {
-        __syncthreads(); /* the previous tile (or Q) is no longer read */
+    /* key tiles through two shared-memory stages with cp.async: tile i + 1's copies are in
+     * flight while tile i is computed on (keys past kmax zero-filled: src-size 0) */
+    auto issue = [&](int kt, int st) {
+        C *K = sbase + st * 2 * TILE, *V = K + TILE;
         for (int i = threadIdx.x; i < TC_BK * CH; i += blockDim.x) {
             const int j = i / CH, c8 = (i % CH) * 8, key = kt + j;
-            uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-            if (key < kmax) {
+            int64_t off = 0;
+            const int sz = key < kmax ? 16 : 0;
+            if (sz) {
                 const int64_t slot =
                     (int64_t)table[key / p.block_size] * p.block_size + key % p.block_size;
-                const int64_t off = slot * kv_stride + (int64_t)kvh * HD + c8;
-                kv = *(const uint4 *)(kc + off);
-                vv = *(const uint4 *)(vc + off);
+                off = slot * kv_stride + (int64_t)kvh * HD + c8;
             }
-            *(uint4 *)&Ks[j * LD + c8] = kv;
-            *(uint4 *)&Vs[j * LD + c8] = vv;
+            const uint32_t ks = (uint32_t)__cvta_generic_to_shared(&K[j * LD + c8]);
+            const uint32_t vs = (uint32_t)__cvta_generic_to_shared(&V[j * LD + c8]);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ks), "l"(kc + off),
+                         "r"(sz));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(vs), "l"(vc + off),
+                         "r"(sz));
         }
-        __syncthreads();
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+    const int ntk = (kmax + TC_BK - 1) / TC_BK;
+    issue(0, 0);
+    for (int it = 0; it < ntk; it++) {
+        const int kt = it * TC_BK, st = it & 1;
+        __syncthreads(); /* stage st ^ 1 (the previous tile, or Q) is no longer read */
+        if (it + 1 < ntk)
+            issue(kt + TC_BK, st ^ 1);
+        else
+            asm volatile("cp.async.commit_group;\n" ::); /* an empty group: the count stays */
+        asm volatile("cp.async.wait_group 1;\n" ::);     /* this thread's copies of tile it */
+        __syncthreads();                                  /* everyone's */
         if (kt > warp_last) continue; /* every key past every row of this warp (warp-uniform) */
+        const C *Ks = sbase + st * 2 * TILE, *Vs = Ks + TILE;
         float sc[NK][4];
 #pragma unroll
         for (int n = 0; n < NK; n++)
@@ -752,7 +774,13 @@ __global__ void __launch_bounds__(128) attention_prefill_tc_kernel(AttentionPara
 
 template <typename C, int HD>
 static int launch_prefill_tc(const AttentionParams &p, cudaStream_t stream) {
-    const size_t smem = (size_t)2 * TC_BK * (HD + 8) * sizeof(C); /* 34,816 bytes at 128 */
+    const size_t smem = (size_t)4 * TC_BK * (HD + 8) * sizeof(C); /* 69,632 bytes at 128 */
+    static int attr_set = 0; /* per instantiation */
+    if (smem > 48 * 1024 && !attr_set) {
+        CUDA_TRY(cudaFuncSetAttribute(attention_prefill_tc_kernel<C, HD>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        attr_set = 1;
+    }
     dim3 grid((p.max_seqlen_q + TC_BQ - 1) / TC_BQ, p.n_heads, p.num_seqs);
     attention_prefill_tc_kernel<C, HD><<<grid, 128, smem, stream>>>(p);
     return 0;
