@@ -248,19 +248,20 @@ static void test_qk_norm_rope(void **state) {
                 int64_t *dslot = dev_upload(slot, sizeof slot);
                 const size_t cb = (size_t)nslots * kvd * dtype_size(kdt);
                 void *kc = dev_poisoned(cb), *vc = dev_poisoned(cb);
-                OK(qk_norm_rope_store_cuda(d2, ld, dpos, dinv, norm ? dqn : NULL,
-                                           norm ? dkn : NULL, T, nh, nkv, hd, 1e-6f, kc, vc, kdt,
-                                           dslot, g_stream));
+                OK(qk_norm_rope_store_cuda(d2, ld, dpos, dinv, norm ? dqn : NULL, norm ? dkn : NULL,
+                                           T, nh, nkv, hd, 1e-6f, kc, vc, kdt, dslot, g_stream));
                 float *got2 = xmalloc(n * sizeof(float));
                 dev_download(got2, d2, n * sizeof(float));
                 compare("qk_norm_rope_store rows", got2, ref, n, 1e-4);
                 void *kh = xmalloc(cb), *vh = xmalloc(cb);
                 dev_download(kh, kc, cb);
                 dev_download(vh, vc, cb);
-                float *kf = xmalloc((size_t)nslots * kvd * 4), *vf = xmalloc((size_t)nslots * kvd * 4);
+                float *kf = xmalloc((size_t)nslots * kvd * 4),
+                      *vf = xmalloc((size_t)nslots * kvd * 4);
                 unpack(kdt, kh, kf, (int64_t)nslots * kvd);
                 unpack(kdt, vh, vf, (int64_t)nslots * kvd);
-                float *gk = xmalloc((size_t)T * 2 * kvd * 4), *wk = xmalloc((size_t)T * 2 * kvd * 4);
+                float *gk = xmalloc((size_t)T * 2 * kvd * 4),
+                      *wk = xmalloc((size_t)T * 2 * kvd * 4);
                 int64_t m = 0;
                 for (int t = 0; t < T; t++) {
                     if (slot[t] < 0) continue;
@@ -381,9 +382,9 @@ static void test_gemm(void **state) {
     OK(gemm_create(&g, ws, 32 << 20));
     /* T <= 4 with K % 8 == 0 runs in gemv.cu (T 1..4, K 1024, 3072, 2048; N >= 2048 a warp per
      * row, odd N of both kinds); {2, 96, 100}: K not a multiple of 8, cuBLASLt */
-    const int shapes[][3] = {{1, 1024, 1024},  {3, 4096, 1024},  {17, 3072, 1024}, {64, 512, 96},
-                             {257, 1000, 320}, {5, 151936, 64},  {1000, 96, 128},  {2, 1024, 3072},
-                             {4, 6144, 1024},  {1, 1023, 2048}, {2, 96, 100},    {2, 2049, 2048}};
+    const int shapes[][3] = {{1, 1024, 1024},  {3, 4096, 1024}, {17, 3072, 1024}, {64, 512, 96},
+                             {257, 1000, 320}, {5, 151936, 64}, {1000, 96, 128},  {2, 1024, 3072},
+                             {4, 6144, 1024},  {1, 1023, 2048}, {2, 96, 100},     {2, 2049, 2048}};
     for (int si = 0; si < 12; si++)
         for (int di = 0; di < 3; di++) {
             const int T = shapes[si][0], N = shapes[si][1], K = shapes[si][2];

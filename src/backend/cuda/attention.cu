@@ -137,64 +137,66 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         }
     };
     bool done = false;
-    if constexpr (VEC * sizeof(C) == 16) if (full) {
-        /* a lane's VEC elements are one 16-byte load (all but f32 at head_dim 256). The partition's block-table
-         * entries are staged in shared memory (DEC_TAB at a time), and a warp's loads for its
-         * next U key groups are issued before it computes on the current ones, so that neither
-         * the table lookup nor the K/V load is a round trip the warp waits for. */
-        __shared__ int32_t sm_tab[DEC_TAB];
-        const int bs = p.block_size, step = DEC_WARPS * KPW * U;
-        for (int cs = j0; cs < j1;) {
-            const int b0 = cs / bs;
-            const int ce = min(j1, (b0 + DEC_TAB) * bs);
-            const int nb = (ce - 1) / bs - b0 + 1;
-            __syncthreads(); /* the previous chunk's entries are no longer read */
-            for (int i = threadIdx.x; i < nb; i += blockDim.x)
-                sm_tab[i] = table[b0 + i];
-            __syncthreads();
-            uint4 kr[U], vr[U];
-            auto load = [&](int jb_, uint4 *kr_, uint4 *vr_) {
+    if constexpr (VEC * sizeof(C) == 16)
+        if (full) {
+            /* a lane's VEC elements are one 16-byte load (all but f32 at head_dim 256). The
+             * partition's block-table entries are staged in shared memory (DEC_TAB at a time), and
+             * a warp's loads for its next U key groups are issued before it computes on the current
+             * ones, so that neither the table lookup nor the K/V load is a round trip the warp
+             * waits for. */
+            __shared__ int32_t sm_tab[DEC_TAB];
+            const int bs = p.block_size, step = DEC_WARPS * KPW * U;
+            for (int cs = j0; cs < j1;) {
+                const int b0 = cs / bs;
+                const int ce = min(j1, (b0 + DEC_TAB) * bs);
+                const int nb = (ce - 1) / bs - b0 + 1;
+                __syncthreads(); /* the previous chunk's entries are no longer read */
+                for (int i = threadIdx.x; i < nb; i += blockDim.x)
+                    sm_tab[i] = table[b0 + i];
+                __syncthreads();
+                uint4 kr[U], vr[U];
+                auto load = [&](int jb_, uint4 *kr_, uint4 *vr_) {
 #pragma unroll
-                for (int u = 0; u < U; u++) {
-                    const int j = jb_ + u * KPW + gi;
-                    if (j < ce) {
-                        const int64_t slot = (int64_t)sm_tab[j / bs - b0] * bs + j % bs;
-                        const int64_t off = slot * kv_stride + (int64_t)kvh * hd + li * VEC;
-                        kr_[u] = *(const uint4 *)(kc + off);
-                        vr_[u] = *(const uint4 *)(vc + off);
-                    } else {
-                        kr_[u] = make_uint4(0, 0, 0, 0);
-                        vr_[u] = make_uint4(0, 0, 0, 0);
+                    for (int u = 0; u < U; u++) {
+                        const int j = jb_ + u * KPW + gi;
+                        if (j < ce) {
+                            const int64_t slot = (int64_t)sm_tab[j / bs - b0] * bs + j % bs;
+                            const int64_t off = slot * kv_stride + (int64_t)kvh * hd + li * VEC;
+                            kr_[u] = *(const uint4 *)(kc + off);
+                            vr_[u] = *(const uint4 *)(vc + off);
+                        } else {
+                            kr_[u] = make_uint4(0, 0, 0, 0);
+                            vr_[u] = make_uint4(0, 0, 0, 0);
+                        }
                     }
+                };
+                int jb = cs + warp * KPW * U;
+                if (jb < ce) load(jb, kr, vr);
+                for (; jb < ce; jb += step) {
+                    uint4 kn[U], vn[U];
+                    if (jb + step < ce) load(jb + step, kn, vn);
+#pragma unroll
+                    for (int u = 0; u < U; u++) {
+                        float k[VEC], v[VEC];
+                        const C *ke = (const C *)&kr[u], *ve = (const C *)&vr[u];
+#pragma unroll
+                        for (int e = 0; e < VEC; e++)
+                            k[e] = to_f32(ke[e]), v[e] = to_f32(ve[e]);
+                        update(k, v, jb + u * KPW + gi < ce);
+                    }
+#pragma unroll
+                    for (int u = 0; u < U; u++)
+                        kr[u] = kn[u], vr[u] = vn[u];
                 }
-            };
-            int jb = cs + warp * KPW * U;
-            if (jb < ce) load(jb, kr, vr);
-            for (; jb < ce; jb += step) {
-                uint4 kn[U], vn[U];
-                if (jb + step < ce) load(jb + step, kn, vn);
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    float k[VEC], v[VEC];
-                    const C *ke = (const C *)&kr[u], *ve = (const C *)&vr[u];
-#pragma unroll
-                    for (int e = 0; e < VEC; e++)
-                        k[e] = to_f32(ke[e]), v[e] = to_f32(ve[e]);
-                    update(k, v, jb + u * KPW + gi < ce);
-                }
-#pragma unroll
-                for (int u = 0; u < U; u++)
-                    kr[u] = kn[u], vr[u] = vn[u];
+                cs = ce;
             }
-            cs = ce;
+            done = true;
         }
-        done = true;
-    }
     if (!done) {
         /* the loop bound is the same for the whole warp (the shuffles need every lane): a lane
          * group past the end computes on zeros and throws the result away. A warp loads U groups of
-         * KPW keys (its U * KPW consecutive keys) before computing on them, so that U loads of K and
-         * of V per lane are in flight at once. */
+         * KPW keys (its U * KPW consecutive keys) before computing on them, so that U loads of K
+         * and of V per lane are in flight at once. */
         for (int jb = j0 + warp * KPW * U; jb < j1; jb += DEC_WARPS * KPW * U) {
             float k[U][VEC], v[U][VEC];
             bool valid[U];
@@ -346,10 +348,11 @@ extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms)
     /* four blocks per SM (about what fits): a grid of one or two waves at mid-size batches
      * leaves SMs idle in its last wave */
     int want = (int)((4 * (int64_t)num_sms + blocks - 1) / blocks);
-    const int by_ctx = (p->max_seqlen_k + 255) / 256;               /* >= 256 keys a part */
+    const int by_ctx = (p->max_seqlen_k + 255) / 256; /* >= 256 keys a part */
     if (want > by_ctx) want = by_ctx;
-    if (want > 32) want = 32; /* a graph is captured for max_model_len: short contexts leave
-                                  * most partitions empty (measured: 64 cost batch 1 6%) */
+    /* at most 32: a graph is captured for max_model_len, so short contexts leave most
+     * partitions empty (64 cost batch-1 decode 6%, 2026-11-22) */
+    if (want > 32) want = 32;
     return want < 1 ? 1 : want;
 }
 
@@ -596,11 +599,11 @@ __device__ __forceinline__ void mma16816<__half>(float c[4], const uint32_t a[4]
 
 template <typename C, int HD>
 __global__ void __launch_bounds__(128) attention_prefill_tc_kernel(AttentionParams p) {
-    constexpr int LD = HD + 8;    /* row stride in elements: 16-byte rows, conflict-free reads */
-    constexpr int KD = HD / 16;   /* k-steps of Q K^T */
-    constexpr int ND = HD / 8;    /* n-tiles of O */
-    constexpr int NK = TC_BK / 8; /* n-tiles of S */
-    constexpr int CH = HD / 8;    /* 16-byte chunks per row */
+    constexpr int LD = HD + 8;       /* row stride in elements: 16-byte rows, conflict-free reads */
+    constexpr int KD = HD / 16;      /* k-steps of Q K^T */
+    constexpr int ND = HD / 8;       /* n-tiles of O */
+    constexpr int NK = TC_BK / 8;    /* n-tiles of S */
+    constexpr int CH = HD / 8;       /* 16-byte chunks per row */
     constexpr int TILE = TC_BK * LD; /* elements of one K or V tile */
     extern __shared__ __align__(16) unsigned char tc_smem[];
     C *const sbase = (C *)tc_smem; /* stage st: K at sbase + st * 2 * TILE, V after it */
@@ -682,7 +685,7 @@ __global__ void __launch_bounds__(128) attention_prefill_tc_kernel(AttentionPara
         else
             asm volatile("cp.async.commit_group;\n" ::); /* an empty group: the count stays */
         asm volatile("cp.async.wait_group 1;\n" ::);     /* this thread's copies of tile it */
-        __syncthreads();                                  /* everyone's */
+        __syncthreads();                                 /* everyone's */
         if (kt > warp_last) continue; /* every key past every row of this warp (warp-uniform) */
         const C *Ks = sbase + st * 2 * TILE, *Vs = Ks + TILE;
         float sc[NK][4];
@@ -775,7 +778,7 @@ __global__ void __launch_bounds__(128) attention_prefill_tc_kernel(AttentionPara
 template <typename C, int HD>
 static int launch_prefill_tc(const AttentionParams &p, cudaStream_t stream) {
     const size_t smem = (size_t)4 * TC_BK * (HD + 8) * sizeof(C); /* 69,632 bytes at 128 */
-    static int attr_set = 0; /* per instantiation */
+    static int attr_set = 0;                                      /* per instantiation */
     if (smem > 48 * 1024 && !attr_set) {
         CUDA_TRY(cudaFuncSetAttribute(attention_prefill_tc_kernel<C, HD>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));

@@ -51,7 +51,7 @@
  * time (staging, launches not hidden, the synchronization), and the time between forwards (the
  * engine's scheduling and bookkeeping; the GPU idles then). A graph replay is one segment. */
 enum { PC_INPUTS, PC_GEMM, PC_ATTN, PC_OTHER, PC_LMHEAD, PC_GRAPH, PC_SAMPLER, PC_N };
-static const char *const PC_NAMES[PC_N] = {"inputs",  "matmul", "attention", "other kernels",
+static const char *const PC_NAMES[PC_N] = {"inputs",  "matmul",       "attention", "other kernels",
                                            "lm_head", "graph replay", "sampling"};
 #define PROF_MAX_EVENTS 1024
 typedef struct {
@@ -182,8 +182,8 @@ static void prof_report(CudaBackend *c) {
                 p->wall_s[ph] * 1e3 - gpu);
         for (int k = 0; k < PC_N; k++)
             if (p->gpu_ms[ph][k] > 0)
-                fprintf(stderr, "cvllm: cuda profile: %-7s   %-13s %9.1f ms (%4.1f%%)\n",
-                        phase[ph], PC_NAMES[k], p->gpu_ms[ph][k],
+                fprintf(stderr, "cvllm: cuda profile: %-7s   %-13s %9.1f ms (%4.1f%%)\n", phase[ph],
+                        PC_NAMES[k], p->gpu_ms[ph][k],
                         gpu > 0 ? 100.0 * p->gpu_ms[ph][k] / gpu : 0.0);
     }
     fprintf(stderr,
@@ -627,9 +627,9 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
         TRY(gemm_cuda(c->gemm, c->qkv, c->qkvd, c->h, cl->qkv_w, c->adt, T, c->qkvd, H, st));
         PROF(c, PC_OTHER);
         if (cl->qkv_bias) TRY(add_bias_cuda(c->qkv, c->qkvd, cl->qkv_bias, T, c->qkvd, st));
-        TRY(qk_norm_rope_store_cuda(c->qkv, c->qkvd, c->d_pos, c->inv_freq, cl->q_norm,
-                                    cl->k_norm, T, c->heads, c->kvh, c->hd, eps, kc, vc, c->kvdt,
-                                    c->d_slots, st));
+        TRY(qk_norm_rope_store_cuda(c->qkv, c->qkvd, c->d_pos, c->inv_freq, cl->q_norm, cl->k_norm,
+                                    T, c->heads, c->kvh, c->hd, eps, kc, vc, c->kvdt, c->d_slots,
+                                    st));
         ap.k_cache = kc;
         ap.v_cache = vc;
         PROF(c, PC_ATTN);

@@ -212,8 +212,8 @@ extern "C" int qk_norm_rope_store_cuda(float *d_qkv, int64_t ld, const int32_t *
     if (threads > 1024) threads = 1024;
     DISPATCH_DTYPE(kvdt, C,
                    qk_norm_rope_store_kernel<C><<<T, threads, 0, stream>>>(
-                       d_qkv, ld, d_positions, d_inv_freq, d_q_norm, d_k_norm, n_heads,
-                       n_kv_heads, hd, eps, (C *)d_k_cache, (C *)d_v_cache, d_slot_mapping));
+                       d_qkv, ld, d_positions, d_inv_freq, d_q_norm, d_k_norm, n_heads, n_kv_heads,
+                       hd, eps, (C *)d_k_cache, (C *)d_v_cache, d_slot_mapping));
     CUDA_LAUNCH_TRY();
     return 0;
 }

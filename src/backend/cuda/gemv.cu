@@ -147,8 +147,8 @@ static void launch_gemv(float *y, int64_t ldy, const void *x, const void *w, int
 extern "C" int gemv_cuda(float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType adt,
                          int T, int N, int K, cudaStream_t stream) {
     if (!gemv_cuda_supported(adt, T, K, d_x, d_w))
-        return cvllm_errorf(CVLLM_EINVAL, "cuda gemv: dtype %d, T %d, K %d not supported",
-                            (int)adt, T, K);
+        return cvllm_errorf(CVLLM_EINVAL, "cuda gemv: dtype %d, T %d, K %d not supported", (int)adt,
+                            T, K);
     if (adt == DTYPE_BF16)
         launch_gemv<__nv_bfloat16>(d_y, ldy, d_x, d_w, T, N, K, stream);
     else
