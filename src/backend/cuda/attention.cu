@@ -74,8 +74,10 @@ static __host__ __device__ __forceinline__ int dec_qh(int group) {
     return group <= 2 ? group : DEC_QH;
 }
 
-template <typename C, int HD, int QH>
-__global__ void __launch_bounds__(DEC_WARPS * 32)
+/* MINB: the blocks per SM the registers are limited for (1: the compiler's choice, 146 registers
+ * at QH 2 and head_dim 128, 3 blocks an SM; 4: at most 128 registers) */
+template <typename C, int HD, int QH, int MINB = 1>
+__global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     attention_decode_kernel(AttentionParams p, int num_parts, float *ws) {
     using S = DecShape<C, HD>;
     constexpr int VEC = S::VEC, LANES = S::LANES, KPW = S::KPW, U = DEC_U;
@@ -356,17 +358,33 @@ extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms)
     return want < 1 ? 1 : want;
 }
 
+/* CVLLM_CUDA_DEC_OCC=4: the GQA-pair decode kernel limited to 128 registers (4 blocks an SM), an
+ * experiment in occupancy against latency */
+static int dec_occupancy4(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CVLLM_CUDA_DEC_OCC");
+        v = e && atoi(e) == 4;
+    }
+    return v;
+}
+
 template <typename C, int HD>
 static void launch_decode(const AttentionParams &p, int num_parts, float *ws, cudaStream_t stream) {
     const int group = p.n_heads / p.n_kv_heads, qh = dec_qh(group);
     const int chunks = (group + qh - 1) / qh;
     dim3 grid(num_parts, p.n_kv_heads * chunks, p.num_seqs);
-    if (qh == 1)
-        attention_decode_kernel<C, HD, 1><<<grid, DEC_WARPS * 32, 0, stream>>>(p, num_parts, ws);
-    else if (qh == 2)
-        attention_decode_kernel<C, HD, 2><<<grid, DEC_WARPS * 32, 0, stream>>>(p, num_parts, ws);
-    else
-        attention_decode_kernel<C, HD, 4><<<grid, DEC_WARPS * 32, 0, stream>>>(p, num_parts, ws);
+    const int threads = DEC_WARPS * 32;
+    if (qh == 1) {
+        attention_decode_kernel<C, HD, 1><<<grid, threads, 0, stream>>>(p, num_parts, ws);
+    } else if (qh == 2) {
+        if (dec_occupancy4())
+            attention_decode_kernel<C, HD, 2, 4><<<grid, threads, 0, stream>>>(p, num_parts, ws);
+        else
+            attention_decode_kernel<C, HD, 2><<<grid, threads, 0, stream>>>(p, num_parts, ws);
+    } else {
+        attention_decode_kernel<C, HD, 4><<<grid, threads, 0, stream>>>(p, num_parts, ws);
+    }
 }
 
 /* the kernel size for a head_dim: the next of 16, 32, 64, 128, 256 */
