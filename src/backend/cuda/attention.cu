@@ -18,10 +18,15 @@
  * thread owns a row's 8 scores and a quarter of its output, and the row's softmax state is kept
  * by the four threads that share the row. The keys come from the cache (written by
  * store_kvcache_cuda first), so a prefix-cache hit or an earlier chunk is read like any key. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "backend/cuda/cuda_util.cuh"
 
 #define DEC_WARPS 4
-#define DEC_QH 4 /* query heads per decode block */
+#define DEC_QH 4 /* query heads per decode block, at most (a block takes min(group, 4), 3 as 4) */
+#define DEC_U 4  /* key groups a warp loads before it computes on them (loads in flight) */
+#define DEC_TAB 256 /* block-table entries a decode block stages in shared memory at a time */
 #define PRE_BQ 32
 #define PRE_BK 32
 
@@ -64,16 +69,23 @@ template <typename C, int HD> struct DecShape {
     static constexpr int KPW = 32 / LANES; /* keys per warp at a time */
 };
 
-template <typename C, int HD>
-__global__ void __launch_bounds__(DEC_WARPS * 32)
+/* query heads per decode block for a GQA group: 1, 2 or 4 */
+static __host__ __device__ __forceinline__ int dec_qh(int group) {
+    return group <= 2 ? group : DEC_QH;
+}
+
+/* MINB: the blocks per SM the registers are limited for (1: the compiler's choice, 146 registers
+ * at QH 2 and head_dim 128, 3 blocks an SM; 4: at most 128 registers) */
+template <typename C, int HD, int QH, int MINB = 1>
+__global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     attention_decode_kernel(AttentionParams p, int num_parts, float *ws) {
     using S = DecShape<C, HD>;
-    constexpr int VEC = S::VEC, LANES = S::LANES, KPW = S::KPW;
+    constexpr int VEC = S::VEC, LANES = S::LANES, KPW = S::KPW, U = DEC_U;
     const int part = blockIdx.x, s = blockIdx.z;
-    const int group = p.n_heads / p.n_kv_heads, chunks = (group + DEC_QH - 1) / DEC_QH;
+    const int group = p.n_heads / p.n_kv_heads, chunks = (group + QH - 1) / QH;
     const int kvh = blockIdx.y / chunks, chunk = blockIdx.y % chunks;
-    const int h0 = kvh * group + chunk * DEC_QH;
-    const int nh = min(DEC_QH, group - chunk * DEC_QH);
+    const int h0 = kvh * group + chunk * QH;
+    const int nh = min(QH, group - chunk * QH);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gi = lane / LANES, li = lane % LANES;
     const int ctx = p.context_lens[s];
@@ -90,9 +102,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
     const int32_t *table = p.block_tables + (int64_t)s * p.max_blocks_per_seq;
     const C *kc = (const C *)p.k_cache, *vc = (const C *)p.v_cache;
 
-    float q[DEC_QH][VEC], acc[DEC_QH][VEC], m[DEC_QH], l[DEC_QH];
+    float q[QH][VEC], acc[QH][VEC], m[QH], l[QH];
 #pragma unroll
-    for (int h = 0; h < DEC_QH; h++) {
+    for (int h = 0; h < QH; h++) {
         m[h] = -INFINITY;
         l[h] = 0.0f;
 #pragma unroll
@@ -103,33 +115,10 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
                           : 0.0f;
         }
     }
-    /* the loop bound is the same for the whole warp (the shuffles need every lane): a lane
-     * group past the end computes on zeros and throws the result away */
-    for (int jb = j0 + warp * KPW; jb < j1; jb += DEC_WARPS * KPW) {
-        const int j = jb + gi;
-        const bool valid = j < j1;
-        float k[VEC], v[VEC];
-        if (valid) {
-            const int64_t slot = (int64_t)table[j / p.block_size] * p.block_size + j % p.block_size;
-            const int64_t off = slot * kv_stride + (int64_t)kvh * hd + li * VEC;
-            if (full) {
-                load_vec<C, VEC>(kc + off, k);
-                load_vec<C, VEC>(vc + off, v);
-            } else {
+    /* online softmax update of the QH heads with one lane group's key (k, v in f32) */
+    auto update = [&](const float *k, const float *v, bool valid) {
 #pragma unroll
-                for (int e = 0; e < VEC; e++) {
-                    const bool in = li * VEC + e < hd;
-                    k[e] = in ? to_f32(kc[off + e]) : 0.0f;
-                    v[e] = in ? to_f32(vc[off + e]) : 0.0f;
-                }
-            }
-        } else {
-#pragma unroll
-            for (int e = 0; e < VEC; e++)
-                k[e] = v[e] = 0.0f;
-        }
-#pragma unroll
-        for (int h = 0; h < DEC_QH; h++) {
+        for (int h = 0; h < QH; h++) {
             float d = 0.0f;
 #pragma unroll
             for (int e = 0; e < VEC; e++)
@@ -148,12 +137,125 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
                 acc[h][e] = acc[h][e] * corr + pe * v[e];
             m[h] = mn;
         }
+    };
+    bool done = false;
+    if constexpr (VEC * sizeof(C) == 16)
+        if (full) {
+            /* a lane's VEC elements are one 16-byte load (all but f32 at head_dim 256). The
+             * partition's block-table entries are staged in shared memory (DEC_TAB at a time), and
+             * a warp's loads for its next U key groups are issued before it computes on the current
+             * ones, so that neither the table lookup nor the K/V load is a round trip the warp
+             * waits for. */
+            __shared__ int32_t sm_tab[DEC_TAB];
+            const int bs = p.block_size, step = DEC_WARPS * KPW * U;
+            for (int cs = j0; cs < j1;) {
+                const int b0 = cs / bs;
+                const int ce = min(j1, (b0 + DEC_TAB) * bs);
+                const int nb = (ce - 1) / bs - b0 + 1;
+                __syncthreads(); /* the previous chunk's entries are no longer read */
+                for (int i = threadIdx.x; i < nb; i += blockDim.x)
+                    sm_tab[i] = table[b0 + i];
+                __syncthreads();
+                uint4 kr[U], vr[U];
+                auto load = [&](int jb_, uint4 *kr_, uint4 *vr_) {
+#pragma unroll
+                    for (int u = 0; u < U; u++) {
+                        const int j = jb_ + u * KPW + gi;
+                        if (j < ce) {
+                            const int64_t slot = (int64_t)sm_tab[j / bs - b0] * bs + j % bs;
+                            const int64_t off = slot * kv_stride + (int64_t)kvh * hd + li * VEC;
+                            kr_[u] = *(const uint4 *)(kc + off);
+                            vr_[u] = *(const uint4 *)(vc + off);
+                        } else {
+                            kr_[u] = make_uint4(0, 0, 0, 0);
+                            vr_[u] = make_uint4(0, 0, 0, 0);
+                        }
+                    }
+                };
+                int jb = cs + warp * KPW * U;
+                if (jb < ce) load(jb, kr, vr);
+                for (; jb < ce; jb += step) {
+                    uint4 kn[U], vn[U];
+                    if (jb + step < ce) load(jb + step, kn, vn);
+#pragma unroll
+                    for (int u = 0; u < U; u++) {
+                        float k[VEC], v[VEC];
+                        const C *ke = (const C *)&kr[u], *ve = (const C *)&vr[u];
+#pragma unroll
+                        for (int e = 0; e < VEC; e++)
+                            k[e] = to_f32(ke[e]), v[e] = to_f32(ve[e]);
+                        update(k, v, jb + u * KPW + gi < ce);
+                    }
+#pragma unroll
+                    for (int u = 0; u < U; u++)
+                        kr[u] = kn[u], vr[u] = vn[u];
+                }
+                cs = ce;
+            }
+            done = true;
+        }
+    if (!done) {
+        /* the loop bound is the same for the whole warp (the shuffles need every lane): a lane
+         * group past the end computes on zeros and throws the result away. A warp loads U groups of
+         * KPW keys (its U * KPW consecutive keys) before computing on them, so that U loads of K
+         * and of V per lane are in flight at once. */
+        for (int jb = j0 + warp * KPW * U; jb < j1; jb += DEC_WARPS * KPW * U) {
+            float k[U][VEC], v[U][VEC];
+            bool valid[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int j = jb + u * KPW + gi;
+                valid[u] = j < j1;
+                if (valid[u]) {
+                    const int64_t slot =
+                        (int64_t)table[j / p.block_size] * p.block_size + j % p.block_size;
+                    const int64_t off = slot * kv_stride + (int64_t)kvh * hd + li * VEC;
+                    if (full) {
+                        load_vec<C, VEC>(kc + off, k[u]);
+                        load_vec<C, VEC>(vc + off, v[u]);
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < VEC; e++) {
+                            const bool in = li * VEC + e < hd;
+                            k[u][e] = in ? to_f32(kc[off + e]) : 0.0f;
+                            v[u][e] = in ? to_f32(vc[off + e]) : 0.0f;
+                        }
+                    }
+                } else {
+#pragma unroll
+                    for (int e = 0; e < VEC; e++)
+                        k[u][e] = v[u][e] = 0.0f;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int h = 0; h < QH; h++) {
+                    float d = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < VEC; e++)
+                        d += q[h][e] * k[u][e];
+#pragma unroll
+                    for (int o = LANES / 2; o > 0; o >>= 1)
+                        d += __shfl_xor_sync(0xffffffffu, d, o);
+                    if (!valid[u]) continue;
+                    const float sc = d * p.scale;
+                    const float mn = fmaxf(m[h], sc);
+                    const float corr = expf(m[h] - mn); /* m = -inf (first key): 0 */
+                    const float pe = expf(sc - mn);
+                    l[h] = l[h] * corr + pe;
+#pragma unroll
+                    for (int e = 0; e < VEC; e++)
+                        acc[h][e] = acc[h][e] * corr + pe * v[u][e];
+                    m[h] = mn;
+                }
+        }
     }
     /* merge the lane groups of the warp (the lanes of a group stay apart: xor offsets >= LANES) */
 #pragma unroll
     for (int o = LANES; o < 32; o <<= 1) {
 #pragma unroll
-        for (int h = 0; h < DEC_QH; h++) {
+        for (int h = 0; h < QH; h++) {
             const float mo = __shfl_xor_sync(0xffffffffu, m[h], o);
             const float lo = __shfl_xor_sync(0xffffffffu, l[h], o);
             const float mn = fmaxf(m[h], mo);
@@ -169,11 +271,11 @@ __global__ void __launch_bounds__(DEC_WARPS * 32)
         }
     }
     /* merge the warps */
-    __shared__ float sm_m[DEC_WARPS][DEC_QH], sm_l[DEC_WARPS][DEC_QH];
-    __shared__ float sm_acc[DEC_WARPS][DEC_QH][HD];
+    __shared__ float sm_m[DEC_WARPS][QH], sm_l[DEC_WARPS][QH];
+    __shared__ float sm_acc[DEC_WARPS][QH][HD];
     if (gi == 0) {
 #pragma unroll
-        for (int h = 0; h < DEC_QH; h++) {
+        for (int h = 0; h < QH; h++) {
             if (li == 0) sm_m[warp][h] = m[h], sm_l[warp][h] = l[h];
 #pragma unroll
             for (int e = 0; e < VEC; e++)
@@ -242,20 +344,47 @@ extern "C" size_t attention_decode_ws_bytes(int num_seqs, int n_heads, int hd, i
 }
 
 extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms) {
-    const int group = p->n_heads / p->n_kv_heads, chunks = (group + DEC_QH - 1) / DEC_QH;
+    const int group = p->n_heads / p->n_kv_heads, qh = dec_qh(group);
+    const int chunks = (group + qh - 1) / qh;
     const int64_t blocks = (int64_t)p->num_seqs * p->n_kv_heads * chunks;
-    int want = (int)((2 * (int64_t)num_sms + blocks - 1) / blocks); /* two blocks per SM */
-    const int by_ctx = (p->max_seqlen_k + 255) / 256;               /* >= 256 keys a part */
+    /* four blocks per SM (about what fits): a grid of one or two waves at mid-size batches
+     * leaves SMs idle in its last wave */
+    int want = (int)((4 * (int64_t)num_sms + blocks - 1) / blocks);
+    const int by_ctx = (p->max_seqlen_k + 255) / 256; /* >= 256 keys a part */
     if (want > by_ctx) want = by_ctx;
-    if (want > 64) want = 64;
+    /* at most 32: a graph is captured for max_model_len, so short contexts leave most
+     * partitions empty (64 cost batch-1 decode 6%, 2026-11-22) */
+    if (want > 32) want = 32;
     return want < 1 ? 1 : want;
+}
+
+/* CVLLM_CUDA_DEC_OCC=4: the GQA-pair decode kernel limited to 128 registers (4 blocks an SM), an
+ * experiment in occupancy against latency */
+static int dec_occupancy4(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CVLLM_CUDA_DEC_OCC");
+        v = e && atoi(e) == 4;
+    }
+    return v;
 }
 
 template <typename C, int HD>
 static void launch_decode(const AttentionParams &p, int num_parts, float *ws, cudaStream_t stream) {
-    const int group = p.n_heads / p.n_kv_heads, chunks = (group + DEC_QH - 1) / DEC_QH;
+    const int group = p.n_heads / p.n_kv_heads, qh = dec_qh(group);
+    const int chunks = (group + qh - 1) / qh;
     dim3 grid(num_parts, p.n_kv_heads * chunks, p.num_seqs);
-    attention_decode_kernel<C, HD><<<grid, DEC_WARPS * 32, 0, stream>>>(p, num_parts, ws);
+    const int threads = DEC_WARPS * 32;
+    if (qh == 1) {
+        attention_decode_kernel<C, HD, 1><<<grid, threads, 0, stream>>>(p, num_parts, ws);
+    } else if (qh == 2) {
+        if (dec_occupancy4())
+            attention_decode_kernel<C, HD, 2, 4><<<grid, threads, 0, stream>>>(p, num_parts, ws);
+        else
+            attention_decode_kernel<C, HD, 2><<<grid, threads, 0, stream>>>(p, num_parts, ws);
+    } else {
+        attention_decode_kernel<C, HD, 4><<<grid, threads, 0, stream>>>(p, num_parts, ws);
+    }
 }
 
 /* the kernel size for a head_dim: the next of 16, 32, 64, 128, 256 */
@@ -439,10 +568,274 @@ static int launch_prefill(const AttentionParams &p, cudaStream_t stream) {
     return 0;
 }
 
+/* ================================================================== prefill, tensor cores
+ *
+ * For a bf16 / f16 cache and head_dim 64 or 128 (qwen3, llama, qwen2 sizes): flash-attention 2
+ * on mma.sync.m16n8k16 (bf16 / f16 operands, f32 accumulation). A block of 4 warps takes 64
+ * queries of one (sequence, query head): each warp 16 query rows whose Q fragments stay in
+ * registers (q rounded once to the cache's dtype, as the model's own activations are); key tiles
+ * of 64 are copied (cp.async, two stages: the next tile's copies overlap this tile's products)
+ * to shared memory from the cache through the block table; S = Q K^T and the
+ * online softmax (exp2, scale folded in) stay in registers, P is rounded to the cache's dtype and
+ * multiplied by V (ldmatrix.trans) into f32 accumulators. The heaviest query tile of a sequence
+ * (its last) is started first. Rounding q and P to 16 bits makes this kernel agree with the f32
+ * CPU twin to about 1e-2 (bf16) / 2e-3 (f16) of the output's range, the same as the product
+ * kernels do; CVLLM_CUDA_ATTN_SIMT=1 forces the SIMT kernel above (to measure the difference). */
+
+#define TC_BQ 64
+#define TC_BK 64
+
+template <typename C> __device__ __forceinline__ uint32_t pack2(float a, float b);
+template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float a, float b) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(a, b); /* .x (a) in the low half */
+    return *(uint32_t *)&v;
+}
+template <> __device__ __forceinline__ uint32_t pack2<__half>(float a, float b) {
+    __half2 v = __floats2half2_rn(a, b);
+    return *(uint32_t *)&v;
+}
+
+/* c += a (16 x 16, row) * b (16 x 8, col), f32 accumulators */
+template <typename C>
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float c[4], const uint32_t a[4],
+                                                        uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<__half>(float c[4], const uint32_t a[4], uint32_t b0,
+                                                 uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <typename C, int HD>
+__global__ void __launch_bounds__(128) attention_prefill_tc_kernel(AttentionParams p) {
+    constexpr int LD = HD + 8;       /* row stride in elements: 16-byte rows, conflict-free reads */
+    constexpr int KD = HD / 16;      /* k-steps of Q K^T */
+    constexpr int ND = HD / 8;       /* n-tiles of O */
+    constexpr int NK = TC_BK / 8;    /* n-tiles of S */
+    constexpr int CH = HD / 8;       /* 16-byte chunks per row */
+    constexpr int TILE = TC_BK * LD; /* elements of one K or V tile */
+    extern __shared__ __align__(16) unsigned char tc_smem[];
+    C *const sbase = (C *)tc_smem; /* stage st: K at sbase + st * 2 * TILE, V after it */
+    const int s = blockIdx.z, h = blockIdx.y;
+    const int q0 = p.cu_seqlens_q[s], qlen = p.cu_seqlens_q[s + 1] - q0;
+    const int ntiles = (qlen + TC_BQ - 1) / TC_BQ;
+    if ((int)blockIdx.x >= ntiles) return;
+    const int tile0 = (ntiles - 1 - (int)blockIdx.x) * TC_BQ; /* the longest tile first */
+    const int ctx = p.context_lens[s], kvh = h / (p.n_heads / p.n_kv_heads);
+    const int rows = min(TC_BQ, qlen - tile0);
+    const int64_t kv_stride = (int64_t)p.n_kv_heads * HD;
+    const int32_t *table = p.block_tables + (int64_t)s * p.max_blocks_per_seq;
+    const C *kc = (const C *)p.k_cache, *vc = (const C *)p.v_cache;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+    const int base = ctx - qlen + tile0; /* position of the tile's row 0: it sees keys 0..base */
+    const int kmax = base + rows;        /* keys the tile needs */
+    const int r0 = warp * 16;
+
+    /* Q tile (f32 -> C) through stage 1's K buffer, then into registers */
+    C *const Qs = sbase + 2 * TILE;
+    for (int i = threadIdx.x; i < TC_BQ * (HD / 4); i += blockDim.x) {
+        const int r = i / (HD / 4), d = (i % (HD / 4)) * 4;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < rows)
+            v = *(const float4 *)(p.q + (int64_t)(q0 + tile0 + r) * p.ldq + (int64_t)h * HD + d);
+        uint2 u;
+        u.x = pack2<C>(v.x, v.y);
+        u.y = pack2<C>(v.z, v.w);
+        *(uint2 *)&Qs[r * LD + d] = u;
+    }
+    __syncthreads();
+    uint32_t qf[KD][4];
+#pragma unroll
+    for (int kk = 0; kk < KD; kk++) {
+        const C *a = &Qs[(r0 + g) * LD + kk * 16 + 2 * t4];
+        qf[kk][0] = *(const uint32_t *)a;
+        qf[kk][1] = *(const uint32_t *)(a + 8 * LD);
+        qf[kk][2] = *(const uint32_t *)(a + 8);
+        qf[kk][3] = *(const uint32_t *)(a + 8 * LD + 8);
+    }
+    float o[ND][4];
+#pragma unroll
+    for (int d = 0; d < ND; d++)
+        o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const float sl2 = p.scale * 1.4426950408889634f; /* scores in log2 units */
+    const int pos0 = base + r0 + g, pos1 = pos0 + 8;
+    const int warp_last = base + r0 + 15; /* the warp's last row position */
+
+    /* key tiles through two shared-memory stages with cp.async: tile i + 1's copies are in
+     * flight while tile i is computed on (keys past kmax zero-filled: src-size 0) */
+    auto issue = [&](int kt, int st) {
+        C *K = sbase + st * 2 * TILE, *V = K + TILE;
+        for (int i = threadIdx.x; i < TC_BK * CH; i += blockDim.x) {
+            const int j = i / CH, c8 = (i % CH) * 8, key = kt + j;
+            int64_t off = 0;
+            const int sz = key < kmax ? 16 : 0;
+            if (sz) {
+                const int64_t slot =
+                    (int64_t)table[key / p.block_size] * p.block_size + key % p.block_size;
+                off = slot * kv_stride + (int64_t)kvh * HD + c8;
+            }
+            const uint32_t ks = (uint32_t)__cvta_generic_to_shared(&K[j * LD + c8]);
+            const uint32_t vs = (uint32_t)__cvta_generic_to_shared(&V[j * LD + c8]);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ks), "l"(kc + off),
+                         "r"(sz));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(vs), "l"(vc + off),
+                         "r"(sz));
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+    const int ntk = (kmax + TC_BK - 1) / TC_BK;
+    issue(0, 0);
+    for (int it = 0; it < ntk; it++) {
+        const int kt = it * TC_BK, st = it & 1;
+        __syncthreads(); /* stage st ^ 1 (the previous tile, or Q) is no longer read */
+        if (it + 1 < ntk)
+            issue(kt + TC_BK, st ^ 1);
+        else
+            asm volatile("cp.async.commit_group;\n" ::); /* an empty group: the count stays */
+        asm volatile("cp.async.wait_group 1;\n" ::);     /* this thread's copies of tile it */
+        __syncthreads();                                 /* everyone's */
+        if (kt > warp_last) continue; /* every key past every row of this warp (warp-uniform) */
+        const C *Ks = sbase + st * 2 * TILE, *Vs = Ks + TILE;
+        float sc[NK][4];
+#pragma unroll
+        for (int n = 0; n < NK; n++)
+            sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KD; kk++)
+#pragma unroll
+            for (int n = 0; n < NK; n++) {
+                const C *b = &Ks[(n * 8 + g) * LD + kk * 16 + 2 * t4];
+                mma16816<C>(sc[n], qf[kk], *(const uint32_t *)b, *(const uint32_t *)(b + 8));
+            }
+        const bool need_mask = kt + TC_BK - 1 > base + r0;
+        float mx0 = m[0], mx1 = m[1];
+#pragma unroll
+        for (int n = 0; n < NK; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = kt + n * 8 + 2 * t4 + (e & 1);
+                float v = sc[n][e] * sl2;
+                if (need_mask && key > (e < 2 ? pos0 : pos1)) v = -INFINITY;
+                sc[n][e] = v;
+                if (e < 2)
+                    mx0 = fmaxf(mx0, v);
+                else
+                    mx1 = fmaxf(mx1, v);
+            }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        /* key 0 is visible to every row, so the max is finite from the first tile on */
+        const float c0 = mx0 == -INFINITY ? 0.0f : exp2f(m[0] - mx0);
+        const float c1 = mx1 == -INFINITY ? 0.0f : exp2f(m[1] - mx1);
+        m[0] = mx0, m[1] = mx1;
+        const float ms0 = mx0 == -INFINITY ? 0.0f : mx0, ms1 = mx1 == -INFINITY ? 0.0f : mx1;
+        uint32_t pf[TC_BK / 16][4];
+        float rs0 = 0.0f, rs1 = 0.0f;
+#pragma unroll
+        for (int n = 0; n < NK; n++) {
+            const float p0 = exp2f(sc[n][0] - ms0), p1 = exp2f(sc[n][1] - ms0);
+            const float p2 = exp2f(sc[n][2] - ms1), p3 = exp2f(sc[n][3] - ms1);
+            rs0 += p0 + p1;
+            rs1 += p2 + p3;
+            pf[n / 2][(n & 1) * 2 + 0] = pack2<C>(p0, p1); /* row g, keys 2t, 2t+1 (+8 if odd) */
+            pf[n / 2][(n & 1) * 2 + 1] = pack2<C>(p2, p3); /* row g + 8 */
+        }
+        l[0] = l[0] * c0 + rs0; /* a quarter of the row's sum: reduced over the quad at the end */
+        l[1] = l[1] * c1 + rs1;
+#pragma unroll
+        for (int d = 0; d < ND; d++) {
+            o[d][0] *= c0, o[d][1] *= c0;
+            o[d][2] *= c1, o[d][3] *= c1;
+        }
+#pragma unroll
+        for (int kc16 = 0; kc16 < TC_BK / 16; kc16++)
+#pragma unroll
+            for (int d = 0; d < ND; d += 2) {
+                const int key = kc16 * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                const int col = d * 8 + (lane >> 4) * 8;
+                const uint32_t addr = (uint32_t)__cvta_generic_to_shared(&Vs[key * LD + col]);
+                uint32_t b0, b1, b2, b3;
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
+                             : "r"(addr));
+                mma16816<C>(o[d], pf[kc16], b0, b1);
+                mma16816<C>(o[d + 1], pf[kc16], b2, b3);
+            }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    }
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int r = r0 + g + half * 8;
+        if (r >= rows) continue;
+        const float inv = l[half] > 0.0f ? 1.0f / l[half] : 0.0f;
+        const int64_t ob = (int64_t)(q0 + tile0 + r) * p.n_heads * HD + (int64_t)h * HD + 2 * t4;
+#pragma unroll
+        for (int d = 0; d < ND; d++) {
+            store_out(p.out, p.adt, ob + d * 8, o[d][half * 2] * inv);
+            store_out(p.out, p.adt, ob + d * 8 + 1, o[d][half * 2 + 1] * inv);
+        }
+    }
+}
+
+template <typename C, int HD>
+static int launch_prefill_tc(const AttentionParams &p, cudaStream_t stream) {
+    const size_t smem = (size_t)4 * TC_BK * (HD + 8) * sizeof(C); /* 69,632 bytes at 128 */
+    static int attr_set = 0;                                      /* per instantiation */
+    if (smem > 48 * 1024 && !attr_set) {
+        CUDA_TRY(cudaFuncSetAttribute(attention_prefill_tc_kernel<C, HD>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        attr_set = 1;
+    }
+    dim3 grid((p.max_seqlen_q + TC_BQ - 1) / TC_BQ, p.n_heads, p.num_seqs);
+    attention_prefill_tc_kernel<C, HD><<<grid, 128, smem, stream>>>(p);
+    return 0;
+}
+
+static int force_simt(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CVLLM_CUDA_ATTN_SIMT");
+        v = e && *e && strcmp(e, "0") != 0;
+    }
+    return v;
+}
+
+extern "C" int attention_prefill_uses_tc(const AttentionParams *p) {
+    return (p->kvdt == DTYPE_BF16 || p->kvdt == DTYPE_F16) && (p->hd == 64 || p->hd == 128) &&
+           p->ldq % 4 == 0 && ((uintptr_t)p->q & 15) == 0 && !force_simt();
+}
+
 extern "C" int attention_prefill_cuda(const AttentionParams *p, cudaStream_t stream) {
     int rc = check_params(p);
     if (rc) return rc;
     if (p->num_seqs <= 0 || p->max_seqlen_q <= 0) return 0;
+    if (attention_prefill_uses_tc(p)) {
+        if (p->kvdt == DTYPE_BF16)
+            rc = p->hd == 64 ? launch_prefill_tc<__nv_bfloat16, 64>(*p, stream)
+                             : launch_prefill_tc<__nv_bfloat16, 128>(*p, stream);
+        else
+            rc = p->hd == 64 ? launch_prefill_tc<__half, 64>(*p, stream)
+                             : launch_prefill_tc<__half, 128>(*p, stream);
+        if (rc) return rc;
+        CUDA_LAUNCH_TRY();
+        return 0;
+    }
     DISPATCH_DTYPE(p->kvdt, C, DISPATCH_HD(p->hd, HDC, rc = launch_prefill<C, HDC>(*p, stream)));
     if (rc) return rc;
     CUDA_LAUNCH_TRY();

@@ -42,6 +42,27 @@
 #define GRAPH_RESERVE_BYTES ((int64_t)256 << 20) /* kept out of the KV budget for graphs etc. */
 #define MAX_BUCKETS 64
 
+/* CVLLM_CUDA_PROFILE=1: where a run's time goes, printed when the backend is destroyed. Each
+ * forward records a CUDA event before every op (class below) and one at its end; after the step's
+ * synchronization the time between consecutive events is added to the op's class, per phase
+ * (prefill: any step with a sequence of several new tokens; decode: one token each). The GPU
+ * stream runs the ops back to back, so the segments add up to the step's GPU time (gaps where the
+ * GPU waited for a launch included in the next op). Host: the forward's wall time less its GPU
+ * time (staging, launches not hidden, the synchronization), and the time between forwards (the
+ * engine's scheduling and bookkeeping; the GPU idles then). A graph replay is one segment. */
+enum { PC_INPUTS, PC_GEMM, PC_ATTN, PC_OTHER, PC_LMHEAD, PC_GRAPH, PC_SAMPLER, PC_N };
+static const char *const PC_NAMES[PC_N] = {"inputs",  "matmul",       "attention", "other kernels",
+                                           "lm_head", "graph replay", "sampling"};
+#define PROF_MAX_EVENTS 1024
+typedef struct {
+    int on, active, n;
+    cudaEvent_t ev[PROF_MAX_EVENTS];
+    int cls[PROF_MAX_EVENTS];
+    double gpu_ms[2][PC_N];
+    double wall_s[2], between_s, t_enter, last_return;
+    long long steps[2], tokens[2];
+} CudaProf;
+
 typedef struct {
     const void *qkv_w;          /* [qd + 2 kvd, H] q, k, v rows stacked (adt) */
     const void *o_w;            /* [H, qd] */
@@ -109,7 +130,66 @@ typedef struct {
     cudaGraphExec_t graphs[MAX_BUCKETS];
     int buckets[MAX_BUCKETS], num_buckets;
     int graph_parts[MAX_BUCKETS];
+    CudaProf prof;
 } CudaBackend;
+
+static void prof_mark(CudaBackend *c, int cls) {
+    CudaProf *p = &c->prof;
+    if (!p->active || p->n >= PROF_MAX_EVENTS) return;
+    if (cudaEventRecord(p->ev[p->n], c->stream) != cudaSuccess) return;
+    p->cls[p->n++] = cls;
+}
+#define PROF(c, k) ((c)->prof.active ? prof_mark((c), (k)) : (void)0)
+
+static void prof_begin(CudaBackend *c) {
+    CudaProf *p = &c->prof;
+    if (!p->on) return;
+    p->t_enter = now_seconds();
+    if (p->last_return > 0) p->between_s += p->t_enter - p->last_return;
+    p->active = 1;
+    p->n = 0;
+}
+
+/* after the step's synchronization */
+static void prof_end(CudaBackend *c, int phase, int tokens) {
+    CudaProf *p = &c->prof;
+    if (!p->active) return;
+    for (int i = 0; i + 1 < p->n; i++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, p->ev[i], p->ev[i + 1]) == cudaSuccess)
+            p->gpu_ms[phase][p->cls[i]] += ms;
+    }
+    p->active = 0;
+    p->last_return = now_seconds();
+    p->wall_s[phase] += p->last_return - p->t_enter;
+    p->steps[phase]++;
+    p->tokens[phase] += tokens;
+}
+
+static void prof_report(CudaBackend *c) {
+    CudaProf *p = &c->prof;
+    if (!p->on) return;
+    const char *phase[2] = {"prefill", "decode"};
+    fprintf(stderr, "cvllm: cuda profile (CVLLM_CUDA_PROFILE; ms of GPU time by CUDA events):\n");
+    for (int ph = 0; ph < 2; ph++) {
+        double gpu = 0;
+        for (int k = 0; k < PC_N; k++)
+            gpu += p->gpu_ms[ph][k];
+        fprintf(stderr,
+                "cvllm: cuda profile: %-7s %6lld steps, %9lld tokens: wall in forward %9.1f ms = "
+                "GPU %9.1f + host %8.1f\n",
+                phase[ph], p->steps[ph], p->tokens[ph], p->wall_s[ph] * 1e3, gpu,
+                p->wall_s[ph] * 1e3 - gpu);
+        for (int k = 0; k < PC_N; k++)
+            if (p->gpu_ms[ph][k] > 0)
+                fprintf(stderr, "cvllm: cuda profile: %-7s   %-13s %9.1f ms (%4.1f%%)\n", phase[ph],
+                        PC_NAMES[k], p->gpu_ms[ph][k],
+                        gpu > 0 ? 100.0 * p->gpu_ms[ph][k] / gpu : 0.0);
+    }
+    fprintf(stderr,
+            "cvllm: cuda profile: between forwards (the engine on the host, GPU idle): %.1f ms\n",
+            p->between_s * 1e3);
+}
 
 /* ---------------------------------------------------------------- probe */
 
@@ -264,7 +344,7 @@ out:
 /* The activation workspace, the step inputs and the sampler's buffers (device and pinned). */
 static int alloc_workspace(CudaBackend *c) {
     const size_t T = (size_t)c->Tmax, S = (size_t)c->Smax, es = dtype_size(c->adt);
-    /* decode attention partitions: S * parts stays below S + 2 * SMs (attention_decode_num_parts
+    /* decode attention partitions: S * parts stays below S + 4 * SMs (attention_decode_num_parts
      * gives a sequence more than one partition only while the grid is small) */
     int parts_max = 1;
     for (int s = 1; s <= c->Smax; s++) {
@@ -444,6 +524,15 @@ static int backend_cuda_create(const ModelConfig *cfg, const ModelWeights *w,
     snprintf(c->gpu_name, sizeof c->gpu_name, "%s", prop.name);
     c->num_sms = prop.multiProcessorCount;
     c->gpu_total = prop.totalGlobalMem;
+    const char *pe = getenv("CVLLM_CUDA_PROFILE");
+    if (pe && *pe && strcmp(pe, "0") != 0) {
+        c->prof.on = 1;
+        for (int i = 0; i < PROF_MAX_EVENTS; i++)
+            if (cudaEventCreate(&c->prof.ev[i]) != cudaSuccess) {
+                c->prof.on = 0;
+                break;
+            }
+    }
     if ((rc = load_weights(c, w))) goto fail;
     double t1 = now_seconds();
     if ((rc = alloc_workspace(c))) goto fail;
@@ -464,6 +553,9 @@ static void cuda_destroy(Backend *b) {
     if (!b) return;
     CudaBackend *c = b->ctx;
     if (c) {
+        prof_report(c);
+        for (int i = 0; i < PROF_MAX_EVENTS && c->prof.on; i++)
+            if (c->prof.ev[i]) cudaEventDestroy(c->prof.ev[i]);
         for (int i = 0; i < c->num_buckets; i++)
             if (c->graphs[i]) cudaGraphExecDestroy(c->graphs[i]);
         gemm_destroy(c->gemm);
@@ -505,6 +597,7 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
     const float eps = c->cfg.rms_norm_eps;
     const size_t layer_elems = (size_t)m->num_blocks * c->block_size * c->kvd;
     const size_t kes = dtype_size(c->kvdt);
+    PROF(c, PC_OTHER);
     TRY(embedding_cuda(c->x, c->embed, c->adt, c->d_ids, T, H, st));
     TRY(residual_rmsnorm_cuda(c->x, NULL, c->layers[0].in_norm, c->h, c->adt, T, H, eps, st));
     AttentionParams ap = {.q = c->qkv,
@@ -530,31 +623,41 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
         const CudaLayer *cl = &c->layers[l];
         char *kc = (char *)m->kv + (size_t)l * layer_elems * kes;
         char *vc = (char *)m->kv + (size_t)(c->L + l) * layer_elems * kes;
+        PROF(c, PC_GEMM);
         TRY(gemm_cuda(c->gemm, c->qkv, c->qkvd, c->h, cl->qkv_w, c->adt, T, c->qkvd, H, st));
+        PROF(c, PC_OTHER);
         if (cl->qkv_bias) TRY(add_bias_cuda(c->qkv, c->qkvd, cl->qkv_bias, T, c->qkvd, st));
-        TRY(qk_norm_rope_cuda(c->qkv, c->qkvd, c->d_pos, c->inv_freq, cl->q_norm, cl->k_norm, T,
-                              c->heads, c->kvh, c->hd, eps, st));
-        TRY(store_kvcache_cuda(c->qkv + c->qd, c->qkv + c->qd + c->kvd, c->qkvd, kc, vc, c->kvdt,
-                               c->d_slots, T, c->kvd, st));
+        TRY(qk_norm_rope_store_cuda(c->qkv, c->qkvd, c->d_pos, c->inv_freq, cl->q_norm, cl->k_norm,
+                                    T, c->heads, c->kvh, c->hd, eps, kc, vc, c->kvdt, c->d_slots,
+                                    st));
         ap.k_cache = kc;
         ap.v_cache = vc;
+        PROF(c, PC_ATTN);
         if (m->decode)
             TRY(attention_decode_cuda(&ap, parts, c->attn_ws, st));
         else
             TRY(attention_prefill_cuda(&ap, st));
+        PROF(c, PC_GEMM);
         TRY(gemm_cuda(c->gemm, c->tmp, H, c->att, cl->o_w, c->adt, T, H, c->qd, st));
+        PROF(c, PC_OTHER);
         if (cl->o_bias) TRY(add_bias_cuda(c->tmp, H, cl->o_bias, T, H, st));
         TRY(residual_rmsnorm_cuda(c->x, c->tmp, cl->post_norm, c->h, c->adt, T, H, eps, st));
+        PROF(c, PC_GEMM);
         TRY(gemm_cuda(c->gemm, c->gu, 2 * c->I, c->h, cl->gu_w, c->adt, T, 2 * c->I, H, st));
+        PROF(c, PC_OTHER);
         TRY(silu_mul_cuda(c->g, c->adt, c->gu, T, c->I, st));
+        PROF(c, PC_GEMM);
         TRY(gemm_cuda(c->gemm, c->tmp, H, c->g, cl->down_w, c->adt, T, H, c->I, st));
+        PROF(c, PC_OTHER);
         TRY(residual_rmsnorm_cuda(c->x, c->tmp, l + 1 < c->L ? c->layers[l + 1].in_norm : NULL,
                                   l + 1 < c->L ? c->h : NULL, c->adt, T, H, eps, st));
     }
     if (m->num_logits > 0) {
+        PROF(c, PC_OTHER);
         TRY(gather_rows_cuda(c->xl, c->x, c->d_lidx, m->num_logits, H, st));
         TRY(residual_rmsnorm_cuda(c->xl, NULL, c->final_norm, c->hl, c->adt, m->num_logits, H, eps,
                                   st));
+        PROF(c, PC_LMHEAD);
         TRY(gemm_cuda(c->gemm, c->logits, c->V, c->hl, c->lm_head, c->adt, m->num_logits, c->V, H,
                       st));
     }
@@ -886,6 +989,7 @@ static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
     CUDA_TRY(cudaSetDevice(c->dev)); /* the engine may step on another thread than create's */
     const int T = in->num_tokens, S = in->num_seqs, n = in->num_logits;
     const int decode = in->max_seqlen_q == 1; /* one new token per sequence */
+    prof_begin(c);
     /* stage the inputs in pinned memory (tables repacked to this backend's row stride) */
     memcpy(c->h_ids, in->input_ids, (size_t)T * 4);
     memcpy(c->h_pos, in->positions, (size_t)T * 4);
@@ -906,9 +1010,12 @@ static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
     if (bi >= 0 && identity) {
         const int B = c->buckets[bi];
         pad_lanes(c, S, B);
+        PROF(c, PC_INPUTS);
         TRY(copy_inputs(c, B, B, B));
+        PROF(c, PC_GRAPH);
         CUDA_TRY(cudaGraphLaunch(c->graphs[bi], c->stream));
     } else {
+        PROF(c, PC_INPUTS);
         TRY(copy_inputs(c, T, S, n));
         ModelLaunch m = {.T = T,
                          .S = S,
@@ -922,9 +1029,12 @@ static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
         TRY(run_model(c, &m));
     }
     if (n == 0) {
+        PROF(c, PC_INPUTS); /* the end mark */
         CUDA_TRY(cudaStreamSynchronize(c->stream));
+        prof_end(c, decode, T);
         return 0;
     }
+    PROF(c, PC_SAMPLER);
     TRY(stage_sampling(c, in));
     TRY(sampler_cuda(c->logits, n, c->V, c->d_rows, c->d_hist, c->d_tok, c->d_lp, c->d_top,
                      c->d_tlp, c->d_sampler_scratch, c->stream));
@@ -943,7 +1053,9 @@ static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
     if (out->logits) /* golden tests only: the whole rows cross to the host */
         CUDA_TRY(cudaMemcpyAsync(out->logits, c->logits, (size_t)n * c->V * 4,
                                  cudaMemcpyDeviceToHost, st));
+    PROF(c, PC_SAMPLER); /* the end mark */
     CUDA_TRY(cudaStreamSynchronize(st));
+    prof_end(c, decode, T);
     memcpy(out->token_ids, c->h_tok, (size_t)n * 4);
     for (int i = 0; i < n && any_lp; i++) {
         const int k = in->sampling[i].num_logprobs;

@@ -135,7 +135,7 @@ static int bench_attention(int num_sms, cudaStream_t st) {
     BCHECK(cudaMalloc(&v, cache * 2));
     BCHECK(cudaMalloc(&q, (size_t)Cmax * (nh + 2 * nkv) * hd * 4));
     BCHECK(cudaMalloc(&out, (size_t)Cmax * nh * hd * 2));
-    BCHECK(cudaMalloc(&ws, (size_t)(Bmax + 2 * num_sms) * nh * (hd + 2) * 4 * 2));
+    BCHECK(cudaMalloc(&ws, (size_t)(Bmax + 4 * num_sms) * nh * (hd + 2) * 4 * 2));
     fill_random_bf16(k, cache);
     fill_random_bf16(v, cache);
     cudaMemset(q, 0, (size_t)Cmax * (nh + 2 * nkv) * hd * 4);

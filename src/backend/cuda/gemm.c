@@ -8,6 +8,7 @@
  * table, so that a step (and a CUDA graph capture) only calls cublasLtMatmul. The workspace is the
  * caller's: no allocation happens in a product. */
 #include <cublasLt.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/kernels.h"
@@ -110,9 +111,23 @@ static int plan_make(CudaGemm *g, GemmPlan *p, int T, int N, int K, int64_t ldy,
     return 0;
 }
 
+/* CVLLM_CUDA_GEMV_MAX_T: the largest T that goes to gemv.cu (default 4; 0: none, up to 8). */
+static int gemv_max_t(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CVLLM_CUDA_GEMV_MAX_T");
+        v = e && *e ? atoi(e) : 4;
+        if (v < 0) v = 0;
+        if (v > 8) v = 8;
+    }
+    return v;
+}
+
 int gemm_cuda(CudaGemm *g, float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType adt,
               int T, int N, int K, cudaStream_t stream) {
     if (T <= 0) return 0;
+    if (T <= gemv_max_t() && gemv_cuda_supported(adt, T, K, d_x, d_w))
+        return gemv_cuda(d_y, ldy, d_x, d_w, adt, T, N, K, stream);
     GemmPlan *p = NULL;
     for (int i = 0; i < g->num_plans; i++) {
         GemmPlan *q = &g->plans[i];

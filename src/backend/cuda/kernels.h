@@ -45,6 +45,15 @@ int embedding_cuda(float *d_x, const void *d_embed, DType edt, const int32_t *d_
 int residual_rmsnorm_cuda(float *d_x, const float *d_add, const float *d_w, void *d_h, DType adt,
                           int T, int H, float eps, cudaStream_t stream);
 
+/* qk_norm_rope_cuda then store_kvcache_cuda (k at column n_heads*hd, v after it, of the same
+ * rows) in one launch; the qkv rows hold the normed, rotated q and k afterwards, as with the two.
+ * CPU: qk_rope_store_job. */
+int qk_norm_rope_store_cuda(float *d_qkv, int64_t ld, const int32_t *d_positions,
+                            const float *d_inv_freq, const float *d_q_norm, const float *d_k_norm,
+                            int T, int n_heads, int n_kv_heads, int hd, float eps, void *d_k_cache,
+                            void *d_v_cache, DType kvdt, const int64_t *d_slot_mapping,
+                            cudaStream_t stream);
+
 /* y[t, n] += bias[n], y: [T, ld] (first N columns).   CPU: the bias of matmul_rows_scalar. */
 int add_bias_cuda(float *d_y, int64_t ld, const float *d_bias, int T, int N, cudaStream_t stream);
 
@@ -114,6 +123,11 @@ int attention_decode_cuda(const AttentionParams *p, int num_parts, void *d_ws, c
  * a block per (32-query tile, query head, sequence), keys in 32-key shared-memory tiles with an
  * online softmax. CPU: attention_cpu. */
 int attention_prefill_cuda(const AttentionParams *p, cudaStream_t stream);
+/* Whether attention_prefill_cuda takes the tensor-core kernel for p (a bf16 / f16 cache, head_dim
+ * 64 or 128, 16-byte aligned q rows, CVLLM_CUDA_ATTN_SIMT unset): q and the softmax weights are
+ * then rounded to the cache's dtype (flash-attention's arithmetic), within about 1e-2 (bf16) or
+ * 2e-3 (f16) of the f32 twin instead of f32 rounding. */
+int attention_prefill_uses_tc(const AttentionParams *p);
 
 /* ---------------------------------------------------------------- matrix products (gemm.c) */
 
@@ -125,6 +139,13 @@ void gemm_destroy(CudaGemm *g);
  * accumulation (bf16/f16 on the tensor cores; f32 exactly, no TF32). CPU: matmul_cpu. */
 int gemm_cuda(CudaGemm *g, float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType adt,
               int T, int N, int K, cudaStream_t stream);
+
+/* y[T, N] (row stride ldy, f32) = x[T, K] @ W[N, K]^T for a few tokens (gemv.cu): bf16 / f16,
+ * T <= 8, K a multiple of 8, x and W 16-byte aligned (gemv_cuda_supported). gemm_cuda takes it
+ * for T <= CVLLM_CUDA_GEMV_MAX_T (default 4; 0: never). CPU: matmul_cpu. */
+int gemv_cuda_supported(DType adt, int T, int K, const void *d_x, const void *d_w);
+int gemv_cuda(float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType adt, int T, int N,
+              int K, cudaStream_t stream);
 
 /* ---------------------------------------------------------------- sampling (sampler.cu) */
 

@@ -1,0 +1,158 @@
+/* gemv.cu: the matrix products of a few tokens (decode at small batches) without cuBLASLt:
+ * y[t, n] = sum_k x[t, k] * W[n, k] for t < T <= 8, bf16 / f16 in, f32 accumulation and out.
+ * CPU twin: matmul_cpu (as gemm_cuda, which calls this for small T).
+ *
+ * At T = 1..4 a product is a pass over W, so the kernel is built to stream W at the memory's
+ * rate: a block of 256 threads takes 2 rows of W, 128 threads a row, each thread 16-byte loads of
+ * 8 elements every 1024 columns (several in flight), the T rows of x read through the cache; the
+ * row's partial sums meet by shuffles and shared memory. cuBLASLt's kernels at T = 1 reached about
+ * 530 GB/s on the qkv product of qwen3-0.6b (docs/BENCHMARKS.md), a few microseconds of
+ * weights in about 16 us. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_util.cuh"
+
+#define GEMV_THREADS 256
+#define GEMV_ROWS 2 /* rows of W per block */
+#define GEMV_TPR (GEMV_THREADS / GEMV_ROWS)
+
+template <typename C> __device__ __forceinline__ void unpack8(const uint4 &u, float f[8]) {
+    const C *e = (const C *)&u;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        f[i] = to_f32(e[i]);
+}
+
+template <typename C, int TT>
+__global__ void __launch_bounds__(GEMV_THREADS)
+    gemv_kernel(float *__restrict__ y, int64_t ldy, const C *__restrict__ x,
+                const C *__restrict__ w, int N, int K) {
+    const int sub = threadIdx.x / GEMV_TPR, j = threadIdx.x % GEMV_TPR;
+    const int n = blockIdx.x * GEMV_ROWS + sub;
+    float acc[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++)
+        acc[t] = 0.0f;
+    if (n < N) {
+        const C *wr = w + (int64_t)n * K;
+#pragma unroll 4
+        for (int k = j * 8; k < K; k += GEMV_TPR * 8) {
+            float wf[8], xf[8];
+            unpack8<C>(__ldg((const uint4 *)(wr + k)), wf);
+#pragma unroll
+            for (int t = 0; t < TT; t++) {
+                unpack8<C>(__ldg((const uint4 *)(x + (int64_t)t * K + k)), xf);
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    acc[t] += wf[i] * xf[i];
+            }
+        }
+    }
+    __shared__ float part[GEMV_THREADS / 32][TT];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+        const float v = warp_sum(acc[t]);
+        if (lane == 0) part[warp][t] = v;
+    }
+    __syncthreads();
+    constexpr int WPR = GEMV_TPR / 32; /* warps per row */
+    if (j < TT && n < N) {
+        float v = 0.0f;
+#pragma unroll
+        for (int i = 0; i < WPR; i++)
+            v += part[sub * WPR + i][j];
+        y[(int64_t)j * ldy + n] = v;
+    }
+}
+
+/* The same product with a warp per row of W (8 rows a block): each lane's 16-byte loads every
+ * 256 columns unrolled, no shared memory; for the tall matrices (qkv, gate/up, lm_head). */
+template <typename C, int TT>
+__global__ void __launch_bounds__(256)
+    gemv_warp_kernel(float *__restrict__ y, int64_t ldy, const C *__restrict__ x,
+                     const C *__restrict__ w, int N, int K) {
+    const int lane = threadIdx.x & 31;
+    const int n = blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (n >= N) return; /* a whole warp: nothing below synchronizes the block */
+    const C *wr = w + (int64_t)n * K;
+    float acc[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++)
+        acc[t] = 0.0f;
+#pragma unroll 4
+    for (int k = lane * 8; k < K; k += 256) {
+        float wf[8], xf[8];
+        unpack8<C>(__ldg((const uint4 *)(wr + k)), wf);
+#pragma unroll
+        for (int t = 0; t < TT; t++) {
+            unpack8<C>(__ldg((const uint4 *)(x + (int64_t)t * K + k)), xf);
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                acc[t] += wf[i] * xf[i];
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+        const float v = warp_sum(acc[t]);
+        if (lane == t) y[(int64_t)t * ldy + n] = v;
+    }
+}
+
+/* CVLLM_CUDA_GEMV: "wide" (2 rows a block), "warp" (a warp per row) or unset: a warp per row when
+ * N >= 2048, else wide. */
+static int gemv_use_warp(int N) {
+    static int v = -2;
+    if (v == -2) {
+        const char *e = getenv("CVLLM_CUDA_GEMV");
+        v = e && !strcmp(e, "wide") ? 0 : e && !strcmp(e, "warp") ? 1 : -1;
+    }
+    return v >= 0 ? v : N >= 2048;
+}
+
+extern "C" int gemv_cuda_supported(DType adt, int T, int K, const void *d_x, const void *d_w) {
+    return (adt == DTYPE_BF16 || adt == DTYPE_F16) && T >= 1 && T <= 8 && K % 8 == 0 &&
+           ((uintptr_t)d_x & 15) == 0 && ((uintptr_t)d_w & 15) == 0;
+}
+
+template <typename C>
+static void launch_gemv(float *y, int64_t ldy, const void *x, const void *w, int T, int N, int K,
+                        cudaStream_t st) {
+    const int warp = gemv_use_warp(N);
+    const dim3 grid(warp ? (N + 7) / 8 : (N + GEMV_ROWS - 1) / GEMV_ROWS);
+    const C *xc = (const C *)x, *wc = (const C *)w;
+    switch (T) {
+#define GEMV_CASE(TT)                                                                              \
+    case TT:                                                                                       \
+        if (warp)                                                                                  \
+            gemv_warp_kernel<C, TT><<<grid, 256, 0, st>>>(y, ldy, xc, wc, N, K);                   \
+        else                                                                                       \
+            gemv_kernel<C, TT><<<grid, GEMV_THREADS, 0, st>>>(y, ldy, xc, wc, N, K);               \
+        break;
+        GEMV_CASE(1)
+        GEMV_CASE(2)
+        GEMV_CASE(3)
+        GEMV_CASE(4)
+        GEMV_CASE(5)
+        GEMV_CASE(6)
+        GEMV_CASE(7)
+        GEMV_CASE(8)
+#undef GEMV_CASE
+    default:
+        break;
+    }
+}
+
+extern "C" int gemv_cuda(float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType adt,
+                         int T, int N, int K, cudaStream_t stream) {
+    if (!gemv_cuda_supported(adt, T, K, d_x, d_w))
+        return cvllm_errorf(CVLLM_EINVAL, "cuda gemv: dtype %d, T %d, K %d not supported", (int)adt,
+                            T, K);
+    if (adt == DTYPE_BF16)
+        launch_gemv<__nv_bfloat16>(d_y, ldy, d_x, d_w, T, N, K, stream);
+    else
+        launch_gemv<__half>(d_y, ldy, d_x, d_w, T, N, K, stream);
+    CUDA_LAUNCH_TRY();
+    return 0;
+}
