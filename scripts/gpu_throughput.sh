@@ -80,16 +80,14 @@ if [ -n "${VARIANTS:-}" ]; then
     b new-prefill-simt cvllm prefill CVLLM_CUDA_ATTN_SIMT=1
 fi
 b new-default-eager-prof cvllm default CVLLM_CUDA_PROFILE=1 -- --enforce-eager
-if [ -n "${OCC:-}" ]; then # the decode kernel limited to 128 registers (CVLLM_CUDA_DEC_OCC=4)
-    CVLLM_CUDA_DEC_OCC=4 CVLLM_TEST_FILTER='test_attention_decode' timeout 120 \
+if [ -n "${OCC:-}" ]; then # the decode kernel with the compiler's registers (CVLLM_CUDA_DEC_OCC=1)
+    CVLLM_CUDA_DEC_OCC=1 CVLLM_TEST_FILTER='test_attention_decode' timeout 120 \
         bash "$H/run.sh" test_cuda_kernels >>"$L" 2>&1
-    echo "test_attention_decode with CVLLM_CUDA_DEC_OCC=4: exit $?" | tee -a "$OUT/summary.txt"
-    b occ4-default cvllm default CVLLM_CUDA_DEC_OCC=4
-    b occ4-fixed cvllm fixed CVLLM_CUDA_DEC_OCC=4
-    b occ4-default-eager-prof cvllm default CVLLM_CUDA_DEC_OCC=4 CVLLM_CUDA_PROFILE=1 -- --enforce-eager
-    grep -h "decode    attention" "$L"
-    echo "==== bench ops attention, CVLLM_CUDA_DEC_OCC=4" >>"$L"
-    CVLLM_CUDA_DEC_OCC=4 timeout 60 bash "$H/run.sh" cvllm bench ops --device cuda attention >>"$L" 2>&1
+    echo "test_attention_decode with CVLLM_CUDA_DEC_OCC=1: exit $?" | tee -a "$OUT/summary.txt"
+    b occ1-default cvllm default CVLLM_CUDA_DEC_OCC=1
+    b occ1-fixed cvllm fixed CVLLM_CUDA_DEC_OCC=1
+    echo "==== bench ops attention, CVLLM_CUDA_DEC_OCC=1" >>"$L"
+    CVLLM_CUDA_DEC_OCC=1 timeout 60 bash "$H/run.sh" cvllm bench ops --device cuda attention >>"$L" 2>&1
     grep -A10 "^decode attention" "$L" | tail -11
 fi
 grep -h "cuda profile" "$L"
