@@ -131,6 +131,18 @@ struct Backend {
     void (*destroy)(Backend *b);
 };
 
+/* What a backend was sized for, to check a step against (step_inputs_check). */
+typedef struct {
+    int max_num_tokens, max_num_seqs, max_model_len, vocab_size;
+    int num_blocks, block_size; /* the KV cache */
+    int max_table_blocks;       /* the widest block-table row the backend can take; 0: no limit */
+} StepLimits;
+
+/* Checks a step against the contract above and the backend's limits, before any kernel reads it
+ * (token ids reach it from requests): 0, or CVLLM_EINVAL with a message naming what is wrong.
+ * Every backend's forward calls it first. */
+int step_inputs_check(const StepInputs *in, const StepLimits *l);
+
 /* ---------------------------------------------------------------------------------------------
  * Registry (backend.c): the engine and the CLI reach backends only through these. */
 typedef struct {

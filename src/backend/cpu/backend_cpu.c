@@ -399,73 +399,14 @@ static int cpu_init_kv_cache(Backend *b, const KVCacheSpec *spec) {
 /* The inputs come from the model runner, but token ids reach it from requests: everything is
  * checked, and a bad step is refused with a message instead of reading out of bounds. */
 static int validate(const CpuBackend *c, const StepInputs *in) {
-    const int T = in->num_tokens, S = in->num_seqs;
     if (!c->kv) return cvllm_errorf(CVLLM_EINVAL, "cpu backend: forward before init_kv_cache");
-    if (T < 1 || T > c->opt.max_num_tokens)
-        return cvllm_errorf(CVLLM_EINVAL, "step of %d tokens (backend sized for 1..%d)", T,
-                            c->opt.max_num_tokens);
-    if (S < 1 || S > c->opt.max_num_seqs || S > T)
-        return cvllm_errorf(CVLLM_EINVAL, "step of %d sequences (max %d, tokens %d)", S,
-                            c->opt.max_num_seqs, T);
-    if (in->num_logits < 0 || in->num_logits > T)
-        return cvllm_errorf(CVLLM_EINVAL, "%d logits rows for %d tokens", in->num_logits, T);
-    if (in->cu_seqlens_q[0] != 0 || in->cu_seqlens_q[S] != T)
-        return cvllm_errorf(CVLLM_EINVAL, "cu_seqlens_q spans %d..%d, expected 0..%d",
-                            in->cu_seqlens_q[0], in->cu_seqlens_q[S], T);
-    if (in->cu_seqlens_k[0] != 0)
-        return cvllm_errorf(CVLLM_EINVAL, "cu_seqlens_k starts at %d", in->cu_seqlens_k[0]);
-    if (in->num_logits > c->opt.max_num_seqs)
-        return cvllm_errorf(CVLLM_EINVAL, "%d logits rows (max %d)", in->num_logits,
-                            c->opt.max_num_seqs);
-    int max_q = 0, max_k = 0;
-    const int64_t slots = (int64_t)c->num_blocks * c->block_size;
-    for (int s = 0; s < S; s++) {
-        const int q0 = in->cu_seqlens_q[s], q1 = in->cu_seqlens_q[s + 1];
-        const int ctx = in->context_lens[s];
-        if (q1 < q0) return cvllm_errorf(CVLLM_EINVAL, "cu_seqlens_q decreases at seq %d", s);
-        if (in->cu_seqlens_k[s + 1] - in->cu_seqlens_k[s] != ctx)
-            return cvllm_errorf(CVLLM_EINVAL, "seq %d: cu_seqlens_k gives %d keys, context_lens %d",
-                                s, in->cu_seqlens_k[s + 1] - in->cu_seqlens_k[s], ctx);
-        if (ctx < q1 - q0)
-            return cvllm_errorf(CVLLM_EINVAL, "seq %d: %d keys for %d new tokens", s, ctx, q1 - q0);
-        if (q1 - q0 > max_q) max_q = q1 - q0;
-        if (ctx > max_k) max_k = ctx;
-        if (ctx < 1 || ctx > c->opt.max_model_len)
-            return cvllm_errorf(CVLLM_EINVAL, "seq %d: context of %d tokens (max_model_len %d)", s,
-                                ctx, c->opt.max_model_len);
-        const int nblk = (ctx + c->block_size - 1) / c->block_size;
-        if (nblk > in->max_blocks_per_seq)
-            return cvllm_errorf(CVLLM_EINVAL, "seq %d: %d tokens need %d blocks, table has %d", s,
-                                ctx, nblk, in->max_blocks_per_seq);
-        const int32_t *tab = in->block_tables + (int64_t)s * in->max_blocks_per_seq;
-        for (int i = 0; i < nblk; i++)
-            if (tab[i] < 0 || tab[i] >= c->num_blocks)
-                return cvllm_errorf(CVLLM_EINVAL, "seq %d: block table entry %d is %d (of %d)", s,
-                                    i, tab[i], c->num_blocks);
-        for (int t = q0; t < q1; t++) {
-            if (in->input_ids[t] < 0 || in->input_ids[t] >= c->vocab)
-                return cvllm_errorf(CVLLM_EINVAL, "token %d: id %d outside the vocabulary (%d)", t,
-                                    in->input_ids[t], c->vocab);
-            if (in->positions[t] < 0 || in->positions[t] >= ctx)
-                return cvllm_errorf(CVLLM_EINVAL, "token %d: position %d outside its context %d",
-                                    t, in->positions[t], ctx);
-            if (in->slot_mapping[t] < -1 || in->slot_mapping[t] >= slots)
-                return cvllm_errorf(CVLLM_EINVAL, "token %d: slot %lld outside the cache (%lld)", t,
-                                    (long long)in->slot_mapping[t], (long long)slots);
-        }
-    }
-    if (in->max_seqlen_q != max_q || in->max_seqlen_k != max_k)
-        return cvllm_errorf(CVLLM_EINVAL, "max_seqlen_q %d / max_seqlen_k %d, the sequences give "
-                            "%d / %d", in->max_seqlen_q, in->max_seqlen_k, max_q, max_k);
-    for (int i = 0; i < in->num_logits; i++) {
-        if (in->logits_indices[i] < 0 || in->logits_indices[i] >= T)
-            return cvllm_errorf(CVLLM_EINVAL, "logits row %d is token %d of %d", i,
-                                in->logits_indices[i], T);
-        const SamplingRow *r = &in->sampling[i];
-        if (r->num_logprobs > CVLLM_MAX_LOGPROBS || r->num_prompt < 0 || r->num_output < 0)
-            return cvllm_errorf(CVLLM_EINVAL, "sampling row %d: bad logprobs or history", i);
-    }
-    return 0;
+    StepLimits l = {.max_num_tokens = c->opt.max_num_tokens,
+                    .max_num_seqs = c->opt.max_num_seqs,
+                    .max_model_len = c->opt.max_model_len,
+                    .vocab_size = c->vocab,
+                    .num_blocks = c->num_blocks,
+                    .block_size = c->block_size};
+    return step_inputs_check(in, &l);
 }
 
 /* Charges the time since the last mark to op k (when profiling). */

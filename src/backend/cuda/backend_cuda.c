@@ -877,66 +877,15 @@ static int cuda_warmup(Backend *b) {
 /* ---------------------------------------------------------------- forward */
 
 static int validate(const CudaBackend *c, const StepInputs *in) {
-    const int T = in->num_tokens, S = in->num_seqs;
     if (!c->d_kv) return cvllm_errorf(CVLLM_EINVAL, "cuda backend: forward before init_kv_cache");
-    if (T < 1 || T > c->Tmax)
-        return cvllm_errorf(CVLLM_EINVAL, "step of %d tokens (backend sized for 1..%d)", T,
-                            c->Tmax);
-    if (S < 1 || S > c->Smax || S > T)
-        return cvllm_errorf(CVLLM_EINVAL, "step of %d sequences (max %d, tokens %d)", S, c->Smax,
-                            T);
-    if (in->num_logits < 0 || in->num_logits > T || in->num_logits > c->Smax)
-        return cvllm_errorf(CVLLM_EINVAL, "%d logits rows for %d tokens", in->num_logits, T);
-    if (in->cu_seqlens_q[0] != 0 || in->cu_seqlens_q[S] != T || in->cu_seqlens_k[0] != 0)
-        return cvllm_errorf(CVLLM_EINVAL, "cu_seqlens_q spans %d..%d, expected 0..%d",
-                            in->cu_seqlens_q[0], in->cu_seqlens_q[S], T);
-    const int64_t slots = (int64_t)c->num_blocks * c->block_size;
-    int max_q = 0, max_k = 0;
-    for (int s = 0; s < S; s++) {
-        const int q0 = in->cu_seqlens_q[s], q1 = in->cu_seqlens_q[s + 1], ctx = in->context_lens[s];
-        if (q1 <= q0 || ctx < q1 - q0 || in->cu_seqlens_k[s + 1] - in->cu_seqlens_k[s] != ctx)
-            return cvllm_errorf(CVLLM_EINVAL, "seq %d: %d new tokens, %d keys, cu_seqlens_k %d", s,
-                                q1 - q0, ctx, in->cu_seqlens_k[s + 1] - in->cu_seqlens_k[s]);
-        if (ctx < 1 || ctx > c->opt.max_model_len)
-            return cvllm_errorf(CVLLM_EINVAL, "seq %d: context of %d tokens (max_model_len %d)", s,
-                                ctx, c->opt.max_model_len);
-        if (q1 - q0 > max_q) max_q = q1 - q0;
-        if (ctx > max_k) max_k = ctx;
-        const int nblk = (ctx + c->block_size - 1) / c->block_size;
-        if (nblk > in->max_blocks_per_seq || nblk > c->max_blocks)
-            return cvllm_errorf(CVLLM_EINVAL, "seq %d: %d tokens need %d blocks, table has %d", s,
-                                ctx, nblk, in->max_blocks_per_seq);
-        const int32_t *tab = in->block_tables + (int64_t)s * in->max_blocks_per_seq;
-        for (int i = 0; i < nblk; i++)
-            if (tab[i] < 0 || tab[i] >= c->num_blocks)
-                return cvllm_errorf(CVLLM_EINVAL, "seq %d: block table entry %d is %d (of %d)", s,
-                                    i, tab[i], c->num_blocks);
-        for (int t = q0; t < q1; t++) {
-            if (in->input_ids[t] < 0 || in->input_ids[t] >= c->V)
-                return cvllm_errorf(CVLLM_EINVAL, "token %d: id %d outside the vocabulary (%d)", t,
-                                    in->input_ids[t], c->V);
-            if (in->positions[t] < 0 || in->positions[t] >= ctx)
-                return cvllm_errorf(CVLLM_EINVAL, "token %d: position %d outside its context %d", t,
-                                    in->positions[t], ctx);
-            if (in->slot_mapping[t] < -1 || in->slot_mapping[t] >= slots)
-                return cvllm_errorf(CVLLM_EINVAL, "token %d: slot %lld outside the cache (%lld)", t,
-                                    (long long)in->slot_mapping[t], (long long)slots);
-        }
-    }
-    if (in->max_seqlen_q != max_q || in->max_seqlen_k != max_k)
-        return cvllm_errorf(CVLLM_EINVAL,
-                            "max_seqlen_q %d / max_seqlen_k %d, the sequences give "
-                            "%d / %d",
-                            in->max_seqlen_q, in->max_seqlen_k, max_q, max_k);
-    for (int i = 0; i < in->num_logits; i++) {
-        if (in->logits_indices[i] < 0 || in->logits_indices[i] >= T)
-            return cvllm_errorf(CVLLM_EINVAL, "logits row %d is token %d of %d", i,
-                                in->logits_indices[i], T);
-        const SamplingRow *r = &in->sampling[i];
-        if (r->num_logprobs > CVLLM_MAX_LOGPROBS || r->num_prompt < 0 || r->num_output < 0)
-            return cvllm_errorf(CVLLM_EINVAL, "sampling row %d: bad logprobs or history", i);
-    }
-    return 0;
+    StepLimits l = {.max_num_tokens = c->Tmax,
+                    .max_num_seqs = c->Smax,
+                    .max_model_len = c->opt.max_model_len,
+                    .vocab_size = c->V,
+                    .num_blocks = c->num_blocks,
+                    .block_size = c->block_size,
+                    .max_table_blocks = c->max_blocks};
+    return step_inputs_check(in, &l);
 }
 
 /* Stages the sampling rows (and the id histories of rows with penalties). */
