@@ -83,6 +83,7 @@ struct CvllmEngine {
     Request **live;         /* submitted and not yet freed */
     int num_live, cap_live;
     SampledToken *sampled;  /* [max_num_seqs] */
+    int32_t *step_tokens;   /* [max_num_seqs]: the sampled ids, as postprocess takes them */
     CvllmRequestOutput *outs;
     int num_outs, cap_outs;
     Request **changed;      /* requests with an output this step */
@@ -257,6 +258,7 @@ int cvllm_engine_create(const char *model_dir, const CvllmEngineOptions *opts, C
     e->runner = model_runner_create(e->backend, e->cfg.vocab_size, bs, e->max_model_len,
                                     o.max_num_seqs, bo.max_num_tokens);
     e->sampled = xmalloc((size_t)o.max_num_seqs * sizeof(SampledToken));
+    e->step_tokens = xmalloc((size_t)o.max_num_seqs * sizeof(int32_t));
     e->stats.num_kv_blocks = e->stats.kv_blocks_free = e->num_blocks;
     *out = e;
     return 0;
@@ -286,6 +288,7 @@ void cvllm_engine_destroy(CvllmEngine *e) {
     free(e->outs);
     free(e->changed);
     free(e->sampled);
+    free(e->step_tokens);
     free(e->owners);
     free(e->owners_next);
     model_runner_destroy(e->runner);
@@ -660,7 +663,7 @@ int cvllm_engine_step(CvllmEngine *e, const CvllmRequestOutput **outs, int *num_
             for (int i = 0; i < n; i++) end_request(e, batch[i]->owner, CVLLM_FINISH_ERROR, msg);
             cvllm_errorf(rc, "%s", msg);
         } else {
-            int32_t *tokens = xmalloc((size_t)n * sizeof(int32_t));
+            int32_t *tokens = e->step_tokens;
             for (int i = 0; i < n; i++) {
                 tokens[i] = e->sampled[i].token;
                 Request *r = batch[i]->owner;
@@ -668,7 +671,6 @@ int cvllm_engine_step(CvllmEngine *e, const CvllmRequestOutput **outs, int *num_
                     record_logprobs(r, &e->sampled[i]);
             }
             scheduler_postprocess(e->sched, batch, n, tokens);
-            free(tokens);
             for (int i = 0; i < n; i++) {
                 if (e->sampled[i].token >= 0) {
                     generated++;

@@ -147,7 +147,6 @@ int scheduler_num_waiting(const Scheduler *s) { return s->wlen; }
 int64_t scheduler_num_preemptions(const Scheduler *s) { return s->num_preemptions; }
 int64_t scheduler_current_step(const Scheduler *s) { return s->step; }
 Sequence *scheduler_running_at(const Scheduler *s, int i) { return i >= 0 && i < s->rlen ? s->running[i] : NULL; }
-Sequence *scheduler_waiting_at(Scheduler *s, int i) { return i >= 0 && i < s->wlen ? *waiting_at(s, i) : NULL; }
 
 /* ---------------------------------------------------------------------------------------------
  * Scheduling */

@@ -46,9 +46,8 @@ int scheduler_num_running(const Scheduler *s);
 int scheduler_num_waiting(const Scheduler *s);
 int64_t scheduler_num_preemptions(const Scheduler *s);
 int64_t scheduler_current_step(const Scheduler *s); /* the number of the last scheduled step */
-/* The i-th running (admission order) / waiting (queue order) sequence, or NULL. */
+/* The i-th running sequence (admission order), or NULL. */
 Sequence *scheduler_running_at(const Scheduler *s, int i);
-Sequence *scheduler_waiting_at(Scheduler *s, int i);
 /* Finishes a waiting or running sequence with reason (a stop string, an abort): blocks released,
  * removed from its queue. No effect on a finished one. */
 void scheduler_finish(Scheduler *s, Sequence *seq, CvllmFinishReason reason);
