@@ -58,6 +58,18 @@ const char *cvllm_backends(void);
  * "cuda: NVIDIA H200 (sm_90, 139.8 GiB)" or "cuda: no GPU found". Static storage. */
 const char *cvllm_backends_report(void);
 
+/* Tensor parallelism runs one process per GPU: the engine's process is rank 0 and starts the
+ * others by running its own executable again with CVLLM_TP_WORKER set in the environment (the
+ * rest of the environment inherited). A program that creates engines with tensor_parallel_size
+ * > 1 therefore calls cvllm_worker_main() first thing in main: in such a process it runs the
+ * worker and returns its exit code (>= 0), to be returned from main; elsewhere it returns -1 at
+ * once. */
+int cvllm_worker_main(void);
+/* `cvllm worker`: joins as rank the group whose rank 0 listens at addr ("HOST:PORT"), on GPU
+ * device_id, loading the model folder rank 0 names (model_dir NULL) or model_dir. Returns an
+ * exit code (0 once rank 0 ends the group normally). */
+int cvllm_worker_run(const char *addr, int rank, int device_id, const char *model_dir);
+
 typedef enum { CVLLM_DEVICE_AUTO = 0, CVLLM_DEVICE_CPU, CVLLM_DEVICE_CUDA } CvllmDevice;
 /* Element type of the KV cache. AUTO: f32 on the CPU (the reference: exact f32 attention), the
  * model's dtype on a GPU. */
@@ -82,6 +94,12 @@ typedef struct {
     int load_tokenizer;         /* 1 (default): load tokenizer.json from the model folder if it
                                  * is there, for text prompts, text outputs and stop strings */
     int verbose;                /* 1: print the start-up report on stderr (default 1) */
+    int tensor_parallel_size;   /* GPUs the model is split over (default 1); > 1: one worker
+                                 * process per extra GPU (see cvllm_worker_main) */
+    const char *tp_addr;        /* tensor parallelism: rank 0 listens here, "HOST:PORT" (NULL:
+                                 * 127.0.0.1, a free port); ranks on other hosts connect to it */
+    int tp_local_ranks;         /* ranks started on this host, 0: all (the others are started by
+                                 * hand: `cvllm worker --connect HOST:PORT --rank R`) */
 } CvllmEngineOptions;
 
 typedef struct {

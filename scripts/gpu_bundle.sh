@@ -21,14 +21,15 @@ for l in libgnutls.so.30 libp11-kit.so.0 libidn2.so.0 libunistring.so.2 libtasn1
   cp -L "$L/$l" "$D/lib-extra/" 2>/dev/null || true
 done
 cp -L /usr/local/cuda/lib64/libcudart.so.13 "$D/lib-extra/"
-cp "$(dirname "$0")/compare_hf_gpu.py" "$D/" 2>/dev/null || true
+cp "$(dirname "$0")/compare_hf_gpu.py" "$(dirname "$0")"/gpu_*.sh "$D/" 2>/dev/null || true
 cat > "$D/run.sh" <<'RUN'
 #!/bin/bash
 # Runs on the GPU machine from the repository root: bash build-cudarun/run.sh [command...]
 H=$(cd "$(dirname "$0")" && pwd)
 export NCCL_NVLS_ENABLE=0
 CUBLAS=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(os.path.dirname(nvidia.cublas.__file__), "lib"))' 2>/dev/null || true)
-export LD_LIBRARY_PATH="$H/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${CUBLAS}:$H/lib-extra:${LD_LIBRARY_PATH:-}"
+NCCL=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(os.path.dirname(nvidia.nccl.__file__), "lib"))' 2>/dev/null || true)
+export LD_LIBRARY_PATH="$H/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${CUBLAS}:${NCCL}:$H/lib-extra:${LD_LIBRARY_PATH:-}"
 export PATH="$H/bin:$PATH"
 OUT=${OUT:-/tmp}
 if [ $# -gt 0 ]; then exec "$@"; fi

@@ -106,6 +106,7 @@ typedef struct {
 
 static void hook(void *ctx, int64_t request_id, const float *logits, int vocab) {
     Run *r = ctx;
+    r->vocab = vocab;
     for (int i = 0; i < r->n; i++) {
         if (r->req[i] != request_id) continue;
         if (!r->first[i]) {
@@ -129,6 +130,7 @@ typedef struct {
     CvllmDevice device;
     int eager, no_prefix, chunk, one_by_one, kv_tokens, sampled;
     CvllmKvDtype kv_dtype;
+    int tp; /* tensor-parallel size (0: 1) */
 } RunCfg;
 
 static void run_free(Run *r) {
@@ -138,8 +140,9 @@ static void run_free(Run *r) {
         free(r->num_ids);
 }
 
-/* KV bytes per token on the GPU (the model's dtype): 2 * layers * kv_heads * head_dim * size */
-static int64_t kv_bytes_per_token(const char *model) {
+/* KV bytes per token on one GPU of tp (the model's dtype): 2 * layers * kv_heads * head_dim *
+ * size, with kv_heads the rank's share (at least 1: replicated when fewer than the ranks) */
+static int64_t kv_bytes_per_token(const char *model, int tp) {
     char path[600];
     snprintf(path, sizeof path, "%s/config.json", model);
     json_error_t err;
@@ -151,6 +154,7 @@ static int64_t kv_bytes_per_token(const char *model) {
     int64_t hd = json_integer_value(json_object_get(root, "head_dim"));
     if (!hd) hd = json_integer_value(json_object_get(root, "hidden_size")) / heads;
     if (!kvh) kvh = heads;
+    if (tp > 1) kvh = kvh >= tp ? kvh / tp : 1;
     json_t *d = json_object_get(root, "dtype");
     if (!d) d = json_object_get(root, "torch_dtype");
     int64_t es = d && json_is_string(d) && !strcmp(json_string_value(d), "float32") ? 4 : 2;
@@ -168,10 +172,11 @@ static int run_engine(const char *model, const Reference *ref, const RunCfg *c, 
     o.enforce_eager = c->eager;
     o.enable_prefix_caching = !c->no_prefix;
     o.kv_cache_dtype = c->kv_dtype;
+    o.tensor_parallel_size = c->tp ? c->tp : 1;
     if (c->chunk) o.max_num_batched_tokens = c->chunk;
     o.kv_cache_memory = 256LL << 20;
     if (c->kv_tokens) { /* room for kv_tokens tokens; max_model_len follows the cache */
-        o.kv_cache_memory = (int64_t)c->kv_tokens * kv_bytes_per_token(model);
+        o.kv_cache_memory = (int64_t)c->kv_tokens * kv_bytes_per_token(model, c->tp);
         o.max_model_len = 0;
     }
     CvllmEngine *e = NULL;
@@ -277,7 +282,8 @@ static int is_f32_model(const char *model) {
     return f32;
 }
 
-static void check_model(const char *model, const char *reference) {
+/* The fixture's reference, or (NULL) three seeded prompts of the test presets' vocabulary. */
+static void reference_or_prompts(const char *reference, Reference *out) {
     Reference ref;
     if (reference) {
         assert_int_equal(load_reference(reference, &ref), 0);
@@ -295,6 +301,12 @@ static void check_model(const char *model, const char *reference) {
                 ref.prompts[i][k] = (int32_t)((k * 131 + i * 17 + 5) % 500);
         }
     }
+    *out = ref;
+}
+
+static void check_model(const char *model, const char *reference) {
+    Reference ref;
+    reference_or_prompts(reference, &ref);
     const int f32 = is_f32_model(model);
     const double tol = f32 ? GPU_RTOL_F32 : GPU_RTOL_HALF, tie = 2 * GPU_RTOL_HALF;
     printf("  %s (%s): %d prompts, %d new tokens each\n", model, f32 ? "f32" : "bf16/f16", ref.n,
@@ -468,7 +480,95 @@ static void test_bad_input(void **state) {
     cvllm_engine_destroy(e);
 }
 
+/* Tensor parallelism over 2 GPUs (skipped with fewer): the first logits against one GPU's within
+ * the model's tolerance (the ranks' partial sums add in another order), and greedy ids identical
+ * to one GPU's (graphs on) except at a near tie of one GPU's logits (printed with the margin),
+ * with graphs, without them, prefix caching off, chunked prefill and preemption. */
+static void check_tp(const char *model, const char *reference, int tp) {
+    Reference ref;
+    reference_or_prompts(reference, &ref);
+    const int f32 = is_f32_model(model);
+    const double tol = f32 ? GPU_RTOL_F32 : GPU_RTOL_HALF, tie = 2 * GPU_RTOL_HALF;
+    printf("  %s, tensor parallel %d: %d prompts, %d new tokens each\n", model, tp, ref.n,
+           ref.max_new);
+    Run one;
+    RunCfg c1 = {.device = CVLLM_DEVICE_CUDA};
+    assert_int_equal(run_engine(model, &ref, &c1, &one), 0);
+    int longest = 0;
+    for (int i = 0; i < ref.n; i++)
+        longest = ref.lens[i] > longest ? ref.lens[i] : longest;
+    const RunCfg modes[] = {
+        {.device = CVLLM_DEVICE_CUDA, .tp = tp},
+        {.device = CVLLM_DEVICE_CUDA, .tp = tp, .eager = 1},
+        {.device = CVLLM_DEVICE_CUDA, .tp = tp, .no_prefix = 1},
+        {.device = CVLLM_DEVICE_CUDA, .tp = tp, .chunk = 48},
+        {.device = CVLLM_DEVICE_CUDA, .tp = tp, .kv_tokens = 2 * (longest + ref.max_new) + 64},
+    };
+    const char *names[] = {"tp (graphs)", "tp graphs off", "tp prefix caching off",
+                           "tp chunked prefill (48)", "tp preemption (small KV cache)"};
+    int bad = 0;
+    for (int m = 0; m < 5; m++) {
+        Run x;
+        if (run_engine(model, &ref, &modes[m], &x) < 0) {
+            printf("    %s: FAIL (run)\n", names[m]);
+            bad++;
+            continue;
+        }
+        if (m == 0)
+            for (int i = 0; i < ref.n; i++) {
+                double e = rel_err(x.first[i], one.first[i], one.vocab);
+                printf("    prompt %d: first logits vs one GPU %.2e of the range\n", i, e);
+                if (!(e <= tol)) {
+                    printf("    FAIL: beyond %.0e\n", tol);
+                    bad++;
+                }
+            }
+        bad += check_same(names[m], model, &x, &one, ref.max_new, f32 ? 1e-6 : tie);
+        run_free(&x);
+    }
+    run_free(&one);
+    free_reference(&ref);
+    assert_int_equal(bad, 0);
+}
+
+static void test_tensor_parallel(void **state) {
+    (void)state;
+    int n = 0;
+    cudaGetDeviceCount(&n);
+    if (n < 2) {
+        printf("  tensor parallelism: %d GPU here, skipped\n", n);
+        skip();
+    }
+    glob_t g;
+    assert_int_equal(glob("tests/fixtures/golden/*/reference.json", 0, NULL, &g), 0);
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s", g.gl_pathv[i]);
+        *strrchr(dir, '/') = '\0';
+        check_tp(dir, g.gl_pathv[i], 2);
+    }
+    globfree(&g);
+    check_tp("models/cvllm-tiny-py", "tests/fixtures/trained/reference.json", 2);
+    const char *bin = getenv("CVLLM_BIN") ? getenv("CVLLM_BIN") : "cvllm";
+    const char *presets[] = {"test-qwen3", "test-qwen2", "test-llama"};
+    for (int i = 0; i < 3; i++) {
+        char dir[256], cmd[768];
+        snprintf(dir, sizeof dir, "/tmp/cvllm-test-tp-%s-%d", presets[i], (int)getpid());
+        snprintf(cmd, sizeof cmd, "%s mkmodel --preset %s --seed 3 %s > /dev/null", bin, presets[i],
+                 dir);
+        if (system(cmd) != 0) fail_msg("%s failed", cmd);
+        check_tp(dir, NULL, 2);
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0) fail_msg("%s failed", cmd);
+    }
+    /* a real shape: $CVLLM_TEST_TP_MODEL (e.g. the qwen3-0.6b preset), three prompts */
+    const char *big = getenv("CVLLM_TEST_TP_MODEL");
+    if (big && *big) check_tp(big, NULL, 2);
+}
+
 int main(void) {
+    int wrc = cvllm_worker_main(); /* this binary is also the tensor-parallel test's rank 1 */
+    if (wrc >= 0) return wrc;
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
         printf("skipped: no GPU\n");
@@ -479,6 +579,7 @@ int main(void) {
         cmocka_unit_test(test_trained_model),
         cmocka_unit_test(test_presets),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_tensor_parallel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -143,15 +143,56 @@ static void test_embedding(void **state) {
         void *de = dev_upload(eh, (size_t)V * H * dtype_size(dt));
         int32_t *dids = dev_upload(ids, sizeof ids);
         float *dx = dev_poisoned((size_t)T * H * sizeof(float));
-        OK(embedding_cuda(dx, de, dt, dids, T, H, g_stream));
         float *got = xmalloc((size_t)T * H * sizeof(float)),
               *ref = xmalloc((size_t)T * H * sizeof(float));
-        dev_download(got, dx, (size_t)T * H * sizeof(float));
-        for (int t = 0; t < T; t++)
-            cpu_to_f32(ref + (int64_t)t * H, eh, dt, (int64_t)ids[t] * H, H);
-        compare("embedding", got, ref, (int64_t)T * H, 0.0);
+        /* the whole vocabulary, then a tensor-parallel rank's rows [v0, v0 + nv) (its table
+         * holds only those): the other ids give zeros */
+        const int shards[3][2] = {{0, V}, {120, 100}, {200, V - 200}};
+        for (int k = 0; k < 3; k++) {
+            const int v0 = shards[k][0], nv = shards[k][1];
+            const char *rows = (const char *)de + (size_t)v0 * H * dtype_size(dt);
+            OK(embedding_cuda(dx, rows, dt, dids, T, H, v0, nv, g_stream));
+            dev_download(got, dx, (size_t)T * H * sizeof(float));
+            int inside = 0;
+            for (int t = 0; t < T; t++) {
+                if (ids[t] >= v0 && ids[t] < v0 + nv) {
+                    cpu_to_f32(ref + (int64_t)t * H, eh, dt, (int64_t)ids[t] * H, H);
+                    inside++;
+                } else {
+                    memset(ref + (int64_t)t * H, 0, (size_t)H * sizeof(float));
+                }
+            }
+            assert_true(inside > 0 && (k == 0 || inside < T));
+            compare("embedding", got, ref, (int64_t)T * H, 0.0);
+        }
         cudaFree(de), cudaFree(dids), cudaFree(dx);
         free(e), free(eh), free(got), free(ref);
+    }
+}
+
+/* The ranks' lm_head slices [ranks][n][Vs] into [n, V] rows (V not a multiple of the ranks: the
+ * last slice is cut; its padding columns must not land anywhere). */
+static void test_vocab_shards_to_rows(void **state) {
+    (void)state;
+    const int n = 5, V = 1001;
+    for (int ranks = 1; ranks <= 8; ranks *= 2) {
+        const int Vs = (V + ranks - 1) / ranks;
+        const int64_t ns = (int64_t)ranks * n * Vs;
+        float *src = xmalloc(ns * sizeof(float)), *got = xmalloc((size_t)n * V * sizeof(float)),
+              *ref = xmalloc((size_t)n * V * sizeof(float));
+        for (int64_t i = 0; i < ns; i++)
+            src[i] = frand();
+        for (int r = 0; r < ranks; r++)
+            for (int i = 0; i < n; i++)
+                for (int j = 0; j < Vs && r * Vs + j < V; j++)
+                    ref[(int64_t)i * V + r * Vs + j] = src[((int64_t)r * n + i) * Vs + j];
+        float *ds = dev_upload(src, ns * sizeof(float));
+        float *dd = dev_poisoned((size_t)n * V * sizeof(float));
+        OK(vocab_shards_to_rows_cuda(dd, ds, n, V, Vs, ranks, g_stream));
+        dev_download(got, dd, (size_t)n * V * sizeof(float));
+        compare("vocab shards to rows", got, ref, (int64_t)n * V, 0.0);
+        cudaFree(ds), cudaFree(dd);
+        free(src), free(got), free(ref);
     }
 }
 
@@ -997,6 +1038,7 @@ int main(void) {
     cudaStreamCreate(&g_stream);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_embedding),
+        cmocka_unit_test(test_vocab_shards_to_rows),
         cmocka_unit_test(test_residual_rmsnorm),
         cmocka_unit_test(test_qk_norm_rope),
         cmocka_unit_test(test_store_kvcache),

@@ -2,6 +2,8 @@
  * device choice or name; nothing above this file names a backend's create function. */
 #include "backend/backend.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/backend_cpu.h"
@@ -134,4 +136,32 @@ int backend_create(CvllmDevice device, const ModelConfig *cfg, const ModelWeight
     if (!be->probe(desc, sizeof desc))
         return cvllm_errorf(CVLLM_EBACKEND, "--device %s: %s", name, desc);
     return be->create(cfg, w, o, out);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Tensor-parallel workers (include/cvllm.h) */
+
+int cvllm_worker_run(const char *addr, int rank, int device_id, const char *model_dir) {
+    for (size_t i = 0; i < sizeof REGISTRY / sizeof REGISTRY[0]; i++)
+        if (REGISTRY[i]->worker_main)
+            return REGISTRY[i]->worker_main(addr, rank, device_id, model_dir);
+    fprintf(stderr, "cvllm worker: this cvllm was built without tensor parallelism (CUDA and NCCL; "
+                    "compiled backends: %s)\n",
+            cvllm_backends());
+    return 1;
+}
+
+int cvllm_worker_main(void) {
+    const char *spec = getenv("CVLLM_TP_WORKER");
+    if (!spec || !*spec) return -1;
+    char addr[300];
+    int rank = -1, dev = -1;
+    if (sscanf(spec, "%299s %d %d", addr, &rank, &dev) != 3 || rank < 1 || dev < 0) {
+        fprintf(stderr, "cvllm worker: CVLLM_TP_WORKER=\"%s\" is not \"HOST:PORT RANK DEVICE\"\n",
+                spec);
+        return 2;
+    }
+    /* not inherited by whatever this process starts */
+    unsetenv("CVLLM_TP_WORKER");
+    return cvllm_worker_run(addr, rank, dev, NULL);
 }

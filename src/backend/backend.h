@@ -105,7 +105,10 @@ typedef struct {
     int block_size;    /* the engine's block size (graph capture sizes block tables by it) */
     double gpu_memory_utilization; /* 0: unset (backend default) */
     int enforce_eager; /* GPU: no CUDA graphs */
-    int tp_rank, tp_size; /* tensor parallelism (tp_size 1: none) */
+    int tp_rank, tp_size; /* tensor parallelism (tp_size 1: none); the engine makes rank 0 */
+    const char *tp_addr;  /* rank 0's listening address "HOST:PORT" (NULL: 127.0.0.1, a free port) */
+    int tp_local_ranks;   /* ranks started on this host (0: all); the others join from elsewhere */
+    const char *model_dir; /* the model folder (tensor-parallel workers load their own share) */
     int verbose;       /* start-up report lines on stderr */
 } BackendOptions;
 
@@ -113,6 +116,8 @@ typedef struct Backend Backend;
 struct Backend {
     const char *name;  /* "cpu", "cuda" */
     void *ctx;         /* the backend's own state */
+    int broken;        /* set by the backend when no later step can run (a tensor-parallel rank
+                        * lost): the engine then fails every request and stops */
     /* Runs the model over one step: writes K/V of the new tokens into the cache (slot_mapping),
      * samples one id per logits row into out. Returns 0 or a negative code with the message set. */
     int (*forward)(Backend *b, const StepInputs *in, StepOutputs *out);
@@ -156,6 +161,9 @@ typedef struct {
     /* `cvllm bench ops --device NAME ...`: the backend's own op benchmarks (argv[0] = "ops").
      * Returns an exit code (0, 1 runtime error, 2 usage). NULL: none. */
     int (*bench_ops)(int argc, char **argv);
+    /* A tensor-parallel worker process (NULL: none): joins the group of rank 0 at addr as rank on
+     * GPU device_id, with the model folder rank 0 names (or model_dir). Returns an exit code. */
+    int (*worker_main)(const char *addr, int rank, int device_id, const char *model_dir);
 } BackendEntry;
 
 /* The compiled backends, in order of preference for --device auto (cuda, then cpu). */

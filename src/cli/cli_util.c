@@ -22,6 +22,10 @@ const char CLI_ENGINE_OPTIONS_HELP[] =
     "  --kv-cache-dtype auto|float32|bfloat16  KV cache elements (auto: float32 on the CPU)\n"
     "  --gpu-memory-utilization F     GPU: fraction of device memory (default 0.9)\n"
     "  --enforce-eager                GPU: no CUDA graphs\n"
+    "  --tensor-parallel-size N, -tp N  GPU: split the model over N GPUs, one process each (default 1)\n"
+    "  --tp-addr HOST:PORT            tensor parallel: where rank 0 listens (default 127.0.0.1, any port)\n"
+    "  --tp-local-ranks K             tensor parallel: ranks started on this host (default: all; the\n"
+    "                                 others join with `cvllm worker --connect HOST:PORT --rank R`)\n"
     "  --no-enable-prefix-caching     turn automatic prefix caching off\n"
     "  --threads N                    CPU threads, at most the cores (default 0: all cores)\n"
     "  --quiet                        no start-up report on stderr\n";
@@ -114,7 +118,20 @@ int cli_parse_engine_option(int argc, char **argv, int *i, CvllmEngineOptions *o
         o->num_threads = (int)n;
         return 1;
     }
+    if (!strcmp(a, "--tp-addr")) {
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        const char *colon = strrchr(v, ':');
+        if (!colon || !colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1)) {
+            fprintf(stderr, "cvllm: --tp-addr: expected HOST:PORT, got '%s'\n", v);
+            return -1;
+        }
+        o->tp_addr = v;
+        return 1;
+    }
     struct { const char *name; int *field; long long lo, hi; } ints[] = {
+        {"--tensor-parallel-size", &o->tensor_parallel_size, 1, 64},
+        {"-tp", &o->tensor_parallel_size, 1, 64},
+        {"--tp-local-ranks", &o->tp_local_ranks, 1, 64},
         {"--max-model-len", &o->max_model_len, 1, INT32_MAX},
         {"--max-num-seqs", &o->max_num_seqs, 1, 1 << 20},
         {"--max-num-batched-tokens", &o->max_num_batched_tokens, 1, 1 << 24},

@@ -11,6 +11,7 @@ int cmd_tokenize(int argc, char **argv);   /* cmd_tokenize.c */
 int cmd_detokenize(int argc, char **argv); /* cmd_tokenize.c */
 int cmd_template(int argc, char **argv);   /* cmd_template.c */
 int cmd_serve(int argc, char **argv);      /* cmd_serve.c */
+int cmd_worker(int argc, char **argv);     /* cmd_worker.c */
 
 /* `cvllm bench` sub-benchmarks (argv[0] = the benchmark's name). */
 int bench_tokenize(int argc, char **argv); /* bench_tokenize.c */

@@ -18,6 +18,7 @@ static const struct {
     {"tokenize", cmd_tokenize, "text -> token ids"},
     {"detokenize", cmd_detokenize, "token ids -> text"},
     {"template", cmd_template, "render the chat template for messages"},
+    {"worker", cmd_worker, "a tensor-parallel rank on another host (--connect HOST:PORT --rank R)"},
 };
 
 static void usage(FILE *f) {
@@ -30,6 +31,8 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    int wrc = cvllm_worker_main(); /* a tensor-parallel rank started by an engine: runs it */
+    if (wrc >= 0) return wrc;
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -99,6 +99,7 @@ struct CvllmEngine {
     InboxEvent *inbox;
     int num_inbox, cap_inbox;
     int shutdown, shutdown_drain;
+    char *broken; /* the backend can run no more steps (a tensor-parallel rank lost): why */
     CvllmStats stats;       /* snapshot */
     int64_t *owners;        /* [num_blocks] block-pool snapshot, once asked for */
     int64_t *owners_next;   /* engine thread: the next snapshot, built outside the lock */
@@ -115,6 +116,7 @@ void cvllm_engine_options_default(CvllmEngineOptions *o) {
     o->enable_prefix_caching = 1;
     o->load_tokenizer = 1;
     o->verbose = 1;
+    o->tensor_parallel_size = 1;
 }
 
 void cvllm_sampling_params_default(CvllmSamplingParams *p) {
@@ -145,6 +147,14 @@ int cvllm_engine_create(const char *model_dir, const CvllmEngineOptions *opts, C
         return cvllm_errorf(CVLLM_EINVAL, "negative engine option");
     if (!(o.gpu_memory_utilization >= 0 && o.gpu_memory_utilization <= 1))
         return cvllm_errorf(CVLLM_EINVAL, "gpu_memory_utilization must be in (0, 1]");
+    if (o.tensor_parallel_size < 0 || o.tensor_parallel_size > 64 || o.tp_local_ranks < 0)
+        return cvllm_errorf(CVLLM_EINVAL, "tensor_parallel_size %d: must be in 1..64",
+                            o.tensor_parallel_size);
+    if (o.tensor_parallel_size == 0) o.tensor_parallel_size = 1;
+    if (o.tensor_parallel_size > 1 && o.device == CVLLM_DEVICE_CPU)
+        return cvllm_errorf(CVLLM_EUNSUPPORTED,
+                            "tensor parallelism runs on GPUs (--device cuda); the CPU backend "
+                            "uses one process");
 
     double t_start = now_seconds();
     CvllmEngine *e = xcalloc(1, sizeof *e);
@@ -190,7 +200,10 @@ int cvllm_engine_create(const char *model_dir, const CvllmEngineOptions *opts, C
                          .gpu_memory_utilization = o.gpu_memory_utilization,
                          .enforce_eager = o.enforce_eager,
                          .tp_rank = 0,
-                         .tp_size = 1,
+                         .tp_size = o.tensor_parallel_size,
+                         .tp_addr = o.tp_addr,
+                         .tp_local_ranks = o.tp_local_ranks,
+                         .model_dir = model_dir,
                          .verbose = o.verbose};
     rc = backend_create(o.device, &e->cfg, &e->weights, &bo, &e->backend);
     if (rc < 0) goto fail;
@@ -297,6 +310,7 @@ void cvllm_engine_destroy(CvllmEngine *e) {
     if (e->backend) e->backend->destroy(e->backend);
     tokenizer_free(e->tok);
     weights_free(&e->weights);
+    free(e->broken);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);
@@ -414,6 +428,7 @@ int64_t cvllm_engine_submit(CvllmEngine *e, const CvllmRequest *req) {
         pthread_mutex_unlock(&e->mu);
         free(encoded);
         request_free(r);
+        if (e->broken) return cvllm_errorf(CVLLM_EBACKEND, "%s", e->broken);
         return cvllm_errorf(CVLLM_ESHUTDOWN, "the engine is shutting down");
     }
     int64_t id = e->next_id++;
@@ -661,6 +676,17 @@ int cvllm_engine_step(CvllmEngine *e, const CvllmRequestOutput **outs, int *num_
                      cvllm_last_error());
             block_manager_forget_step(e->bm, scheduler_current_step(e->sched));
             for (int i = 0; i < n; i++) end_request(e, batch[i]->owner, CVLLM_FINISH_ERROR, msg);
+            if (e->backend->broken && !e->broken) {
+                /* nothing can run any more: every request ends with the error, new ones are
+                 * refused, cvllm_engine_run returns */
+                e->broken = xstrdup(msg);
+                for (int i = 0; i < e->num_live; i++)
+                    end_request(e, e->live[i], CVLLM_FINISH_ERROR, msg);
+                pthread_mutex_lock(&e->mu);
+                e->shutdown = 1;
+                pthread_cond_broadcast(&e->cv);
+                pthread_mutex_unlock(&e->mu);
+            }
             cvllm_errorf(rc, "%s", msg);
         } else {
             int32_t *tokens = e->step_tokens;
@@ -706,6 +732,10 @@ int cvllm_engine_run(CvllmEngine *e) {
         if (cvllm_engine_has_unfinished(e)) {
             int r = cvllm_engine_step(e, NULL, NULL);
             if (r < 0) rc = r; /* the step's requests got the error; the others go on */
+            if (e->broken) { /* unless the backend can run nothing more */
+                rc = cvllm_errorf(CVLLM_EBACKEND, "%s", e->broken);
+                break;
+            }
             continue;
         }
         pthread_mutex_lock(&e->mu);

@@ -32,11 +32,25 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/ops.h" /* rope_inv_freq_cpu: the same inverse frequencies */
 #include "backend/cuda/kernels.h"
 #include "common.h"
+#include "model/config.h"
+#include "model/weights.h"
+#ifdef CVLLM_HAVE_NCCL
+#include "backend/cuda/tp.h"
+#else
+typedef struct TpGroup TpGroup; /* built without NCCL: no tensor parallelism */
+#endif
+
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        int rc_ = (x);                                                                             \
+        if (rc_) return rc_;                                                                       \
+    } while (0)
 
 #define GEMM_WS_BYTES ((size_t)32 << 20)
 #define GRAPH_RESERVE_BYTES ((int64_t)256 << 20) /* kept out of the KV budget for graphs etc. */
@@ -50,9 +64,10 @@
  * GPU waited for a launch included in the next op). Host: the forward's wall time less its GPU
  * time (staging, launches not hidden, the synchronization), and the time between forwards (the
  * engine's scheduling and bookkeeping; the GPU idles then). A graph replay is one segment. */
-enum { PC_INPUTS, PC_GEMM, PC_ATTN, PC_OTHER, PC_LMHEAD, PC_GRAPH, PC_SAMPLER, PC_N };
-static const char *const PC_NAMES[PC_N] = {"inputs",  "matmul",       "attention", "other kernels",
-                                           "lm_head", "graph replay", "sampling"};
+enum { PC_INPUTS, PC_GEMM, PC_ATTN, PC_OTHER, PC_LMHEAD, PC_GRAPH, PC_SAMPLER, PC_COMM, PC_N };
+static const char *const PC_NAMES[PC_N] = {"inputs",       "matmul",   "attention",
+                                           "other kernels", "lm_head",  "graph replay",
+                                           "sampling",      "all-reduce/gather"};
 #define PROF_MAX_EVENTS 1024
 typedef struct {
     int on, active, n;
@@ -82,7 +97,15 @@ typedef struct {
     char gpu_name[256];
     size_t gpu_total;
     cudaStream_t stream;
+    /* this rank's share: heads, kvh, qd, kvd, qkvd, I (tensor parallelism splits them) */
     int H, heads, kvh, hd, qd, kvd, qkvd, I, V, L, Tmax, Smax, max_blocks;
+    /* tensor parallelism (world 1: none): the rank's first q head, first kv head, and its
+     * vocabulary rows [v0, v0 + Vr) within slices of Vs rows (the last one padded) */
+    TpGroup *tp;
+    int owns_tp; /* rank 0 started the group (and ends it) */
+    char *msg;   /* rank 0: the step message being built */
+    size_t msg_cap;
+    int rank, world, q0, kv0, v0, Vs, Vr;
 
     void *d_weights; /* owned: every weight, carved into the fields below */
     size_t weights_bytes;
@@ -102,6 +125,8 @@ typedef struct {
     float *xl;     /* [Smax, H] rows whose logits are wanted */
     void *hl;      /* [Smax, H] (adt) */
     float *logits; /* [Smax, V] */
+    float *logits_shard;  /* [Smax, Vs] this rank's lm_head slice (one GPU: = logits) */
+    float *logits_gather; /* rank 0 of several: [world][Smax * Vs] every rank's slice */
     void *attn_ws; /* decode partitions */
     size_t attn_ws_bytes;
     void *gemm_ws;
@@ -238,28 +263,52 @@ static void *carve(char *base, size_t *off, size_t n) {
     return p;
 }
 
-/* Copies a weight tensor into device memory at dst (its stored dtype). */
-static int upload(void *dst, const Tensor *t, size_t bytes) {
-    CUDA_TRY(cudaMemcpy(dst, t->data, bytes, cudaMemcpyHostToDevice));
+/* Copies rows [row0, row0 + nrows) of a weight matrix into device memory at dst (stored dtype). */
+static int upload_rows(void *dst, const Tensor *t, int64_t row0, int64_t nrows) {
+    const size_t rb = (size_t)t->cols * dtype_size(t->dtype);
+    CUDA_TRY(cudaMemcpy(dst, (const char *)t->data + (size_t)row0 * rb, (size_t)nrows * rb,
+                        cudaMemcpyHostToDevice));
     return 0;
 }
 
-/* A 1-D tensor widened to f32 on the device (through a host copy: kilobytes). */
-static int upload_f32(float *dst, const Tensor *t, int64_t n, float *host_tmp) {
-    cpu_to_f32(host_tmp, t->data, t->dtype, 0, n);
+/* Copies columns [col0, col0 + ncols) of every row (a row-parallel product's input slice). */
+static int upload_cols(void *dst, const Tensor *t, int64_t col0, int64_t ncols) {
+    const size_t es = dtype_size(t->dtype);
+    CUDA_TRY(cudaMemcpy2D(dst, (size_t)ncols * es, (const char *)t->data + (size_t)col0 * es,
+                          (size_t)t->cols * es, (size_t)ncols * es, (size_t)t->rows,
+                          cudaMemcpyHostToDevice));
+    return 0;
+}
+
+/* n elements from offset off of a 1-D tensor, widened to f32 on the device (via host: kilobytes). */
+static int upload_f32(float *dst, const Tensor *t, int64_t off, int64_t n, float *host_tmp) {
+    cpu_to_f32(host_tmp, t->data, t->dtype, off, n);
     CUDA_TRY(cudaMemcpy(dst, host_tmp, (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
     return 0;
 }
 
+/* The vocabulary rows [v0, v0 + Vr) of an [V, H] table, then Vs - Vr zero rows. */
+static int upload_vocab(CudaBackend *c, void *dst, const Tensor *t) {
+    const size_t rb = (size_t)c->H * dtype_size(c->adt);
+    TRY(upload_rows(dst, t, c->v0, c->Vr));
+    if (c->Vs > c->Vr)
+        CUDA_TRY(cudaMemset((char *)dst + (size_t)c->Vr * rb, 0, (size_t)(c->Vs - c->Vr) * rb));
+    return 0;
+}
+
+/* This rank's share of the weights (one GPU: all of them), in one device buffer:
+ * q/k/v rows of its heads stacked (column-parallel), gate/up rows of its slice of the MLP, the
+ * o_proj / down_proj columns of those (row-parallel: partial sums, all-reduced), its rows of the
+ * embedding and lm_head (vocabulary-parallel); the norms whole. */
 static int load_weights(CudaBackend *c, const ModelWeights *w) {
     const size_t es = dtype_size(c->adt);
-    const int H = c->H, L = c->L;
+    const int H = c->H, L = c->L, hd = c->hd;
     const int tied = w->lm_head.data == w->embed_tokens.data;
     for (int pass = 0; pass < 2; pass++) {
         char *base = c->d_weights;
         size_t off = 0;
-        const void *embed = carve(base, &off, (size_t)c->V * H * es);
-        const void *lm = tied ? embed : carve(base, &off, (size_t)c->V * H * es);
+        const void *embed = carve(base, &off, (size_t)c->Vs * H * es);
+        const void *lm = tied ? embed : carve(base, &off, (size_t)c->Vs * H * es);
         float *fn = carve(base, &off, (size_t)H * 4),
               *invf = carve(base, &off, (size_t)c->hd / 2 * 4);
         for (int l = 0; l < L; l++) {
@@ -286,9 +335,10 @@ static int load_weights(CudaBackend *c, const ModelWeights *w) {
                 return cvllm_errorf(CVLLM_ENOMEM,
                                     "cuda backend: the weights need %.2f GiB of GPU "
                                     "memory, %s has %.2f GiB free of %.2f GiB: the model does not "
-                                    "fit on this GPU",
+                                    "fit on this GPU%s",
                                     off / 1073741824.0, c->gpu_name, fr / 1073741824.0,
-                                    tot / 1073741824.0);
+                                    tot / 1073741824.0,
+                                    c->world > 1 ? " (this rank's share)" : "");
             }
             continue;
         }
@@ -296,11 +346,11 @@ static int load_weights(CudaBackend *c, const ModelWeights *w) {
     }
     /* the copies */
     int rc = 0;
-    float *tmp = xmalloc((size_t)(c->qkvd > H ? c->qkvd : H) * sizeof(float) + 4096);
-    const size_t ve = (size_t)c->V * H * es;
-    if ((rc = upload((void *)c->embed, &w->embed_tokens, ve))) goto out;
-    if (!tied && (rc = upload((void *)c->lm_head, &w->lm_head, ve))) goto out;
-    if ((rc = upload_f32(c->final_norm, &w->norm, H, tmp))) goto out;
+    const int qkv_full = (c->cfg.num_attention_heads + 2 * c->cfg.num_key_value_heads) * hd;
+    float *tmp = xmalloc((size_t)(qkv_full > H ? qkv_full : H) * sizeof(float) + 4096);
+    if ((rc = upload_vocab(c, (void *)c->embed, &w->embed_tokens))) goto out;
+    if (!tied && (rc = upload_vocab(c, (void *)c->lm_head, &w->lm_head))) goto out;
+    if ((rc = upload_f32(c->final_norm, &w->norm, 0, H, tmp))) goto out;
     float *inv = xmalloc((size_t)c->hd / 2 * sizeof(float));
     rope_inv_freq_cpu(&c->cfg, c->hd, inv);
     cudaError_t e = cudaMemcpy(c->inv_freq, inv, (size_t)c->hd / 2 * 4, cudaMemcpyHostToDevice);
@@ -309,32 +359,37 @@ static int load_weights(CudaBackend *c, const ModelWeights *w) {
         rc = cuda_error(e, __FILE__, __LINE__, "inv_freq");
         goto out;
     }
+    const int nq = c->heads, nkv = c->kvh; /* this rank's heads */
     for (int l = 0; l < c->L && !rc; l++) {
         const LayerWeights *lw = &w->layers[l];
         CudaLayer *cl = &c->layers[l];
         char *qkv = (char *)cl->qkv_w, *gu = (char *)cl->gu_w;
-        if ((rc = upload(qkv, &lw->q_proj, (size_t)c->qd * H * es)) ||
-            (rc = upload(qkv + (size_t)c->qd * H * es, &lw->k_proj, (size_t)c->kvd * H * es)) ||
-            (rc = upload(qkv + (size_t)(c->qd + c->kvd) * H * es, &lw->v_proj,
-                         (size_t)c->kvd * H * es)) ||
-            (rc = upload((void *)cl->o_w, &lw->o_proj, (size_t)H * c->qd * es)) ||
-            (rc = upload(gu, &lw->gate_proj, (size_t)c->I * H * es)) ||
-            (rc = upload(gu + (size_t)c->I * H * es, &lw->up_proj, (size_t)c->I * H * es)) ||
-            (rc = upload((void *)cl->down_w, &lw->down_proj, (size_t)H * c->I * es)) ||
-            (rc = upload_f32(cl->in_norm, &lw->input_layernorm, H, tmp)) ||
-            (rc = upload_f32(cl->post_norm, &lw->post_attention_layernorm, H, tmp)))
+        if ((rc = upload_rows(qkv, &lw->q_proj, (int64_t)c->q0 * hd, (int64_t)nq * hd)) ||
+            (rc = upload_rows(qkv + (size_t)c->qd * H * es, &lw->k_proj, (int64_t)c->kv0 * hd,
+                              (int64_t)nkv * hd)) ||
+            (rc = upload_rows(qkv + (size_t)(c->qd + c->kvd) * H * es, &lw->v_proj,
+                              (int64_t)c->kv0 * hd, (int64_t)nkv * hd)) ||
+            (rc = upload_cols((void *)cl->o_w, &lw->o_proj, (int64_t)c->q0 * hd, c->qd)) ||
+            (rc = upload_rows(gu, &lw->gate_proj, (int64_t)c->rank * c->I, c->I)) ||
+            (rc = upload_rows(gu + (size_t)c->I * H * es, &lw->up_proj, (int64_t)c->rank * c->I,
+                              c->I)) ||
+            (rc = upload_cols((void *)cl->down_w, &lw->down_proj, (int64_t)c->rank * c->I, c->I)) ||
+            (rc = upload_f32(cl->in_norm, &lw->input_layernorm, 0, H, tmp)) ||
+            (rc = upload_f32(cl->post_norm, &lw->post_attention_layernorm, 0, H, tmp)))
             break;
-        if (cl->q_norm && ((rc = upload_f32(cl->q_norm, &lw->q_norm, c->hd, tmp)) ||
-                           (rc = upload_f32(cl->k_norm, &lw->k_norm, c->hd, tmp))))
+        if (cl->q_norm && ((rc = upload_f32(cl->q_norm, &lw->q_norm, 0, c->hd, tmp)) ||
+                           (rc = upload_f32(cl->k_norm, &lw->k_norm, 0, c->hd, tmp))))
             break;
         if (cl->qkv_bias) {
-            cpu_to_f32(tmp, lw->q_bias.data, lw->q_bias.dtype, 0, c->qd);
-            cpu_to_f32(tmp + c->qd, lw->k_bias.data, lw->k_bias.dtype, 0, c->kvd);
-            cpu_to_f32(tmp + c->qd + c->kvd, lw->v_bias.data, lw->v_bias.dtype, 0, c->kvd);
+            cpu_to_f32(tmp, lw->q_bias.data, lw->q_bias.dtype, (int64_t)c->q0 * hd, c->qd);
+            cpu_to_f32(tmp + c->qd, lw->k_bias.data, lw->k_bias.dtype, (int64_t)c->kv0 * hd,
+                       c->kvd);
+            cpu_to_f32(tmp + c->qd + c->kvd, lw->v_bias.data, lw->v_bias.dtype,
+                       (int64_t)c->kv0 * hd, c->kvd);
             e = cudaMemcpy(cl->qkv_bias, tmp, (size_t)c->qkvd * 4, cudaMemcpyHostToDevice);
             if (e != cudaSuccess) rc = cuda_error(e, __FILE__, __LINE__, "qkv bias");
         }
-        if (!rc && cl->o_bias) rc = upload_f32(cl->o_bias, &lw->o_bias, H, tmp);
+        if (!rc && cl->o_bias) rc = upload_f32(cl->o_bias, &lw->o_bias, 0, H, tmp);
     }
 out:
     free(tmp);
@@ -371,6 +426,9 @@ static int alloc_workspace(CudaBackend *c) {
         c->xl = carve(base, &off, S * c->H * 4);
         c->hl = carve(base, &off, S * c->H * es);
         c->logits = carve(base, &off, S * c->V * 4);
+        c->logits_shard = c->world > 1 ? carve(base, &off, S * c->Vs * 4) : c->logits;
+        c->logits_gather =
+            c->world > 1 && c->rank == 0 ? carve(base, &off, (size_t)c->world * S * c->Vs * 4) : NULL;
         c->attn_ws = carve(base, &off, c->attn_ws_bytes);
         c->gemm_ws = carve(base, &off, GEMM_WS_BYTES);
         c->d_sampler_scratch = carve(base, &off, sampler_cuda_scratch_bytes(c->Smax, c->V));
@@ -440,18 +498,62 @@ static DType cuda_kv_default_dtype(Backend *b);
 static int64_t cuda_kv_budget_bytes(Backend *b);
 static int cuda_init_kv_cache(Backend *b, const KVCacheSpec *spec);
 static int cuda_warmup(Backend *b);
+static int64_t cuda_kv_budget_all(Backend *b);
+static int cuda_init_kv_cache_all(Backend *b, const KVCacheSpec *spec);
+static int cuda_warmup_all(Backend *b);
 static void cuda_destroy(Backend *b);
+
+/* What rank 0 sends each worker in TP_MSG_CREATE (then the model folder's path). */
+typedef struct {
+    int32_t max_num_tokens, max_num_seqs, max_model_len, block_size, enforce_eager, tp_size;
+    double gpu_memory_utilization;
+} TpWireCreate;
+
+/* Can the model be split over world ranks? (heads, MLP, vocabulary; KV heads split, or
+ * replicated when fewer than the ranks) */
+static int tp_shape_check(const ModelConfig *cfg, int world) {
+    if (world == 1) return 0;
+    const int kvh = cfg->num_key_value_heads;
+    if (cfg->num_attention_heads % world || (kvh % world && world % kvh) ||
+        cfg->intermediate_size % world || cfg->vocab_size < world)
+        return cvllm_errorf(CVLLM_EINVAL,
+                            "tensor parallel size %d does not divide this model: %d heads, %d kv "
+                            "heads, intermediate size %d (the heads and the intermediate size must "
+                            "be multiples of it, and the kv heads a multiple or a divisor)",
+                            world, cfg->num_attention_heads, kvh, cfg->intermediate_size);
+#ifndef CVLLM_HAVE_NCCL
+    return cvllm_errorf(CVLLM_EUNSUPPORTED,
+                        "cuda backend: tensor parallelism needs NCCL, which this build lacks");
+#endif
+    return 0;
+}
+
+static int cuda_create_rank(const ModelConfig *cfg, const ModelWeights *w, const BackendOptions *o,
+                            TpGroup *g, Backend **out);
 
 static int backend_cuda_create(const ModelConfig *cfg, const ModelWeights *w,
                                const BackendOptions *o, Backend **out) {
+    return cuda_create_rank(cfg, w, o, NULL, out);
+}
+
+/* Creates rank o->tp_rank's backend. Rank 0 of several starts the group (the workers get their
+ * CREATE message and load their own share meanwhile); a worker passes its joined group g. */
+static int cuda_create_rank(const ModelConfig *cfg, const ModelWeights *w, const BackendOptions *o,
+                            TpGroup *g, Backend **out) {
     *out = NULL;
     char desc[256];
     if (!cuda_probe(desc, sizeof desc)) return cvllm_errorf(CVLLM_EBACKEND, "%s", desc);
-    if (o->tp_size > 1)
-        return cvllm_errorf(CVLLM_EUNSUPPORTED,
-                            "cuda backend: tensor parallelism is not "
-                            "implemented yet (tp_size %d)",
-                            o->tp_size);
+    const int world = o->tp_size > 1 ? o->tp_size : 1, rank = world > 1 ? o->tp_rank : 0;
+    if (world > 1) {
+        int n = 0;
+        cudaGetDeviceCount(&n);
+        if (o->tp_local_ranks <= 0 && n < world && rank == 0)
+            return cvllm_errorf(CVLLM_EINVAL,
+                                "tensor parallel size %d needs %d GPUs; this machine has %d", world,
+                                world, n);
+    }
+    int rc = tp_shape_check(cfg, world);
+    if (rc) return rc;
     if (o->max_num_tokens <= 0 || o->max_num_seqs <= 0 || o->max_model_len <= 0 ||
         o->block_size <= 0)
         return cvllm_errorf(CVLLM_EINVAL,
@@ -468,7 +570,6 @@ static int backend_cuda_create(const ModelConfig *cfg, const ModelWeights *w,
     const DType adt = w->embed_tokens.dtype;
     const int H = cfg->hidden_size, hd = cfg->head_dim, qd = cfg->num_attention_heads * hd,
               kvd = cfg->num_key_value_heads * hd, I = cfg->intermediate_size;
-    int rc;
     if (w->embed_tokens.rows != cfg->vocab_size || w->embed_tokens.cols != H ||
         w->lm_head.rows != cfg->vocab_size || w->lm_head.cols != H || !w->norm.data ||
         w->lm_head.dtype != adt)
@@ -495,8 +596,19 @@ static int backend_cuda_create(const ModelConfig *cfg, const ModelWeights *w,
     c->opt = *o;
     c->adt = adt;
     c->dev = o->device_id;
-    c->H = H, c->heads = cfg->num_attention_heads, c->kvh = cfg->num_key_value_heads, c->hd = hd;
-    c->qd = qd, c->kvd = kvd, c->qkvd = qd + 2 * kvd, c->I = I, c->V = cfg->vocab_size;
+    /* this rank's share (see load_weights) */
+    const int kvh = cfg->num_key_value_heads;
+    c->rank = rank, c->world = world;
+    c->H = H, c->hd = hd, c->V = cfg->vocab_size;
+    c->heads = cfg->num_attention_heads / world;
+    c->kvh = kvh >= world ? kvh / world : 1;
+    c->q0 = rank * c->heads;
+    c->kv0 = kvh >= world ? rank * c->kvh : rank / (world / kvh); /* replicated: ranks share one */
+    c->qd = c->heads * hd, c->kvd = c->kvh * hd, c->qkvd = c->qd + 2 * c->kvd, c->I = I / world;
+    c->Vs = (c->V + world - 1) / world;
+    c->v0 = rank * c->Vs;
+    c->Vr = c->V - c->v0 < c->Vs ? c->V - c->v0 : c->Vs;
+    c->tp = g;
     c->L = cfg->num_hidden_layers;
     c->Tmax = o->max_num_tokens, c->Smax = o->max_num_seqs;
     c->max_blocks = (o->max_model_len + o->block_size - 1) / o->block_size;
@@ -507,12 +619,30 @@ static int backend_cuda_create(const ModelConfig *cfg, const ModelWeights *w,
     b->forward = cuda_forward;
     b->kv_block_bytes = cuda_kv_block_bytes;
     b->kv_default_dtype = cuda_kv_default_dtype;
-    b->kv_budget_bytes = cuda_kv_budget_bytes;
-    b->init_kv_cache = cuda_init_kv_cache;
-    b->warmup = cuda_warmup;
+    b->kv_budget_bytes = cuda_kv_budget_all;
+    b->init_kv_cache = cuda_init_kv_cache_all;
+    b->warmup = cuda_warmup_all;
     b->destroy = cuda_destroy;
 
     double t0 = now_seconds();
+#ifdef CVLLM_HAVE_NCCL
+    if (world > 1 && rank == 0) { /* start the workers: they load their shares meanwhile */
+        if ((rc = tp_group_start(&c->tp, world, o->tp_addr, o->tp_local_ranks, 120.0,
+                                 o->verbose)))
+            goto fail;
+        c->owns_tp = 1;
+        TpWireCreate wc = {.max_num_tokens = o->max_num_tokens,
+                           .max_num_seqs = o->max_num_seqs,
+                           .max_model_len = o->max_model_len,
+                           .block_size = o->block_size,
+                           .enforce_eager = o->enforce_eager,
+                           .tp_size = world,
+                           .gpu_memory_utilization = o->gpu_memory_utilization};
+        const char *dir = o->model_dir ? o->model_dir : "";
+        if ((rc = tp_send_all(c->tp, TP_MSG_CREATE, &wc, sizeof wc, dir, strlen(dir) + 1)))
+            goto fail;
+    }
+#endif
     cudaError_t e = cudaSetDevice(c->dev);
     struct cudaDeviceProp prop;
     if (e == cudaSuccess) e = cudaGetDeviceProperties(&prop, c->dev);
@@ -536,6 +666,18 @@ static int backend_cuda_create(const ModelConfig *cfg, const ModelWeights *w,
     if ((rc = load_weights(c, w))) goto fail;
     double t1 = now_seconds();
     if ((rc = alloc_workspace(c))) goto fail;
+#ifdef CVLLM_HAVE_NCCL
+    if (world > 1) { /* every rank at once; then rank 0 hears that the others are ready */
+        if ((rc = tp_nccl_init(c->tp, c->dev))) goto fail;
+        if (rank == 0 && (rc = tp_gather_replies(c->tp, 0, NULL))) goto fail;
+        if (o->verbose && rank == 0)
+            fprintf(stderr,
+                    "cvllm: cuda: tensor parallel over %d GPUs: each rank %d of %d heads, %d of %d "
+                    "kv heads%s, %d of %d MLP rows, %d vocabulary rows (%.2f s)\n",
+                    world, c->heads, cfg->num_attention_heads, c->kvh, kvh,
+                    kvh < world ? " (replicated)" : "", c->I, I, c->Vs, now_seconds() - t0);
+    }
+#endif
     if (o->verbose)
         fprintf(stderr,
                 "cvllm: cuda: %s; weights %.1f MiB (%s) uploaded in %.2f s; workspace "
@@ -552,6 +694,21 @@ fail:
 static void cuda_destroy(Backend *b) {
     if (!b) return;
     CudaBackend *c = b->ctx;
+#ifdef CVLLM_HAVE_NCCL
+    if (c && c->tp) {
+        const int lost = tp_failed(c->tp);
+        if (c->owns_tp) tp_group_close(c->tp); /* the workers exit (or are ended) */
+        c->tp = NULL;
+        /* a rank lost mid-step: if a kernel still waits on it, freeing would wait forever too;
+         * the memory goes with the process */
+        if (lost && c->stream && cudaStreamQuery(c->stream) == cudaErrorNotReady) {
+            free(c->layers);
+            free(c);
+            free(b);
+            return;
+        }
+    }
+#endif
     if (c) {
         prof_report(c);
         for (int i = 0; i < PROF_MAX_EVENTS && c->prof.on; i++)
@@ -559,6 +716,7 @@ static void cuda_destroy(Backend *b) {
         for (int i = 0; i < c->num_buckets; i++)
             if (c->graphs[i]) cudaGraphExecDestroy(c->graphs[i]);
         gemm_destroy(c->gemm);
+        free(c->msg);
         cudaFree(c->d_weights);
         cudaFree(c->d_ws);
         cudaFree(c->d_in);
@@ -584,11 +742,40 @@ typedef struct {
     int num_blocks;
 } ModelLaunch;
 
-#define TRY(x)                                                                                     \
-    do {                                                                                           \
-        int rc_ = (x);                                                                             \
-        if (rc_) return rc_;                                                                       \
-    } while (0)
+/* Waits for the stream (several ranks: watching the others, so that a lost rank is an error). */
+static int sync_stream(CudaBackend *c) {
+#ifdef CVLLM_HAVE_NCCL
+    if (c->tp) return tp_stream_wait(c->tp, c->stream);
+#endif
+    CUDA_TRY(cudaStreamSynchronize(c->stream));
+    return 0;
+}
+
+/* Tensor parallelism: the sum over the ranks of n floats, in place (stream-ordered). */
+static int tp_reduce(CudaBackend *c, float *buf, size_t n) {
+#ifdef CVLLM_HAVE_NCCL
+    PROF(c, PC_COMM);
+    return tp_all_reduce_sum(c->tp, buf, n, c->stream);
+#else
+    (void)c, (void)buf, (void)n;
+    return cvllm_errorf(CVLLM_EUNSUPPORTED, "cuda backend: built without NCCL");
+#endif
+}
+
+/* Tensor parallelism: every rank's [n, Vs] logits slice to rank 0, as [n, V] rows in c->logits. */
+static int tp_gather_logits(CudaBackend *c, int n) {
+#ifdef CVLLM_HAVE_NCCL
+    PROF(c, PC_COMM);
+    TRY(tp_gather_to_root(c->tp, c->logits_shard, c->logits_gather, (size_t)n * c->Vs, c->stream));
+    if (c->rank == 0)
+        TRY(vocab_shards_to_rows_cuda(c->logits, c->logits_gather, n, c->V, c->Vs, c->world,
+                                      c->stream));
+    return 0;
+#else
+    (void)c, (void)n;
+    return cvllm_errorf(CVLLM_EUNSUPPORTED, "cuda backend: built without NCCL");
+#endif
+}
 
 /* Enqueues embedding .. lm_head on c->stream (no host synchronization: a graph captures it). */
 static int run_model(CudaBackend *c, const ModelLaunch *m) {
@@ -598,7 +785,8 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
     const size_t layer_elems = (size_t)m->num_blocks * c->block_size * c->kvd;
     const size_t kes = dtype_size(c->kvdt);
     PROF(c, PC_OTHER);
-    TRY(embedding_cuda(c->x, c->embed, c->adt, c->d_ids, T, H, st));
+    TRY(embedding_cuda(c->x, c->embed, c->adt, c->d_ids, T, H, c->v0, c->Vr, st));
+    if (c->tp) TRY(tp_reduce(c, c->x, (size_t)T * H));
     TRY(residual_rmsnorm_cuda(c->x, NULL, c->layers[0].in_norm, c->h, c->adt, T, H, eps, st));
     AttentionParams ap = {.q = c->qkv,
                           .ldq = c->qkvd,
@@ -639,6 +827,7 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
             TRY(attention_prefill_cuda(&ap, st));
         PROF(c, PC_GEMM);
         TRY(gemm_cuda(c->gemm, c->tmp, H, c->att, cl->o_w, c->adt, T, H, c->qd, st));
+        if (c->tp) TRY(tp_reduce(c, c->tmp, (size_t)T * H)); /* the ranks' partial sums */
         PROF(c, PC_OTHER);
         if (cl->o_bias) TRY(add_bias_cuda(c->tmp, H, cl->o_bias, T, H, st));
         TRY(residual_rmsnorm_cuda(c->x, c->tmp, cl->post_norm, c->h, c->adt, T, H, eps, st));
@@ -648,6 +837,7 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
         TRY(silu_mul_cuda(c->g, c->adt, c->gu, T, c->I, st));
         PROF(c, PC_GEMM);
         TRY(gemm_cuda(c->gemm, c->tmp, H, c->g, cl->down_w, c->adt, T, H, c->I, st));
+        if (c->tp) TRY(tp_reduce(c, c->tmp, (size_t)T * H));
         PROF(c, PC_OTHER);
         TRY(residual_rmsnorm_cuda(c->x, c->tmp, l + 1 < c->L ? c->layers[l + 1].in_norm : NULL,
                                   l + 1 < c->L ? c->h : NULL, c->adt, T, H, eps, st));
@@ -658,8 +848,9 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
         TRY(residual_rmsnorm_cuda(c->xl, NULL, c->final_norm, c->hl, c->adt, m->num_logits, H, eps,
                                   st));
         PROF(c, PC_LMHEAD);
-        TRY(gemm_cuda(c->gemm, c->logits, c->V, c->hl, c->lm_head, c->adt, m->num_logits, c->V, H,
-                      st));
+        TRY(gemm_cuda(c->gemm, c->logits_shard, c->Vs, c->hl, c->lm_head, c->adt, m->num_logits,
+                      c->Vs, H, st));
+        if (c->tp) TRY(tp_gather_logits(c, m->num_logits));
     }
     return 0;
 }
@@ -734,10 +925,9 @@ static int measure_step(CudaBackend *c) {
     if (!rc) rc = run_model(c, &m);
     c->block_size = saved_bs;
     c->kvdt = saved_dt;
-    cudaError_t e = cudaStreamSynchronize(c->stream);
-    cudaFree(kv);
-    if (!rc && e != cudaSuccess) rc = cuda_error(e, __FILE__, __LINE__, "warm-up step");
-    return rc;
+    int rs = rc ? 0 : sync_stream(c);
+    if (!rs || !c->tp) cudaFree(kv);
+    return rc ? rc : rs;
 }
 
 static int64_t cuda_kv_budget_bytes(Backend *b) {
@@ -749,7 +939,7 @@ static int64_t cuda_kv_budget_bytes(Backend *b) {
         int rc = measure_step(c);
         if (rc) {
             fprintf(stderr, "cvllm: cuda: warm-up step failed: %s\n", cvllm_last_error());
-            return 0;
+            return -1;
         }
         size_t fr = 0;
         cudaMemGetInfo(&fr, &tot);
@@ -770,6 +960,58 @@ static int64_t cuda_kv_budget_bytes(Backend *b) {
      * other processes), less a reserve for the decode graphs */
     int64_t budget = (int64_t)(util * (double)tot) - (int64_t)(tot - fr) - GRAPH_RESERVE_BYTES;
     return budget > 0 ? budget : 0;
+}
+
+/* ---------------------------------------------------------------- the group's entry points
+ * Rank 0 of several sends each call to the workers first (their warm-up steps and graph captures
+ * run the same collectives as its own), does its own part, then gathers their replies. */
+
+static int64_t cuda_kv_budget_all(Backend *b) {
+    CudaBackend *c = b->ctx;
+#ifdef CVLLM_HAVE_NCCL
+    if (c->owns_tp) {
+        if (tp_send_all(c->tp, TP_MSG_BUDGET, NULL, 0, NULL, 0)) {
+            fprintf(stderr, "cvllm: cuda: %s\n", cvllm_last_error());
+            return 0;
+        }
+        int64_t own = cuda_kv_budget_bytes(b), min = 0;
+        if (own < 0 || tp_gather_replies(c->tp, own, &min)) {
+            if (own >= 0) fprintf(stderr, "cvllm: cuda: %s\n", cvllm_last_error());
+            return 0;
+        }
+        /* every rank holds as many blocks as the tightest can: the engine sizes one pool */
+        if (c->opt.verbose)
+            fprintf(stderr, "cvllm: cuda: KV budget %.1f MiB on rank 0, %.1f MiB on the tightest rank\n",
+                    own / 1048576.0, min / 1048576.0);
+        return min;
+    }
+#endif
+    int64_t v = cuda_kv_budget_bytes(b);
+    return v > 0 ? v : 0;
+}
+
+static int cuda_init_kv_cache_all(Backend *b, const KVCacheSpec *spec) {
+    CudaBackend *c = b->ctx;
+#ifdef CVLLM_HAVE_NCCL
+    if (c->owns_tp) {
+        TRY(tp_send_all(c->tp, TP_MSG_INIT_KV, spec, sizeof *spec, NULL, 0));
+        TRY(cuda_init_kv_cache(b, spec));
+        return tp_gather_replies(c->tp, 0, NULL);
+    }
+#endif
+    return cuda_init_kv_cache(b, spec);
+}
+
+static int cuda_warmup_all(Backend *b) {
+    CudaBackend *c = b->ctx;
+#ifdef CVLLM_HAVE_NCCL
+    if (c->owns_tp) {
+        TRY(tp_send_all(c->tp, TP_MSG_WARMUP, NULL, 0, NULL, 0));
+        TRY(cuda_warmup(b));
+        return tp_gather_replies(c->tp, 0, NULL);
+    }
+#endif
+    return cuda_warmup(b);
 }
 
 static int cuda_init_kv_cache(Backend *b, const KVCacheSpec *spec) {
@@ -857,7 +1099,7 @@ static int cuda_warmup(Backend *b) {
                          .num_blocks = c->num_blocks};
         c->graph_parts[i] = m.parts;
         TRY(run_model(c, &m));
-        CUDA_TRY(cudaStreamSynchronize(c->stream));
+        TRY(sync_stream(c));
         cudaGraph_t g;
         CUDA_TRY(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
         int rc = run_model(c, &m);
@@ -931,6 +1173,91 @@ static int stage_sampling(CudaBackend *c, const StepInputs *in) {
     return 0;
 }
 
+/* How every rank launches one step (the header of TP_MSG_STEP): the staged arrays hold T tokens,
+ * S sequences, n logits rows (a graph replay: the bucket's B lanes each). */
+typedef struct {
+    int32_t T, S, n, max_q, max_k, decode, bucket; /* bucket: the graph's index, or -1 (eager) */
+} StepLaunch;
+
+/* Copies the staged inputs to the device and enqueues the model (embedding .. logits). */
+static int launch_step(CudaBackend *c, const StepLaunch *sl) {
+    PROF(c, PC_INPUTS);
+    TRY(copy_inputs(c, sl->T, sl->S, sl->n));
+    if (sl->bucket >= 0) {
+        PROF(c, PC_GRAPH);
+        CUDA_TRY(cudaGraphLaunch(c->graphs[sl->bucket], c->stream));
+        return 0;
+    }
+    ModelLaunch m = {.T = sl->T,
+                     .S = sl->S,
+                     .max_q = sl->max_q,
+                     .max_k = sl->max_k,
+                     .num_logits = sl->n,
+                     .decode = sl->decode,
+                     .parts = 0,
+                     .kv = c->d_kv,
+                     .num_blocks = c->num_blocks};
+    return run_model(c, &m);
+}
+
+#ifdef CVLLM_HAVE_NCCL
+/* Rank 0: the step to the workers, before its own launch: the header, then the staged arrays
+ * (ids, positions, slots [T], cu_seqlens_q [S + 1], context lengths [S], logits rows [n]) and each
+ * sequence's block-table entries in use (ceil(context / block_size) of them), back to back. */
+static int send_step(CudaBackend *c, const StepLaunch *sl) {
+    size_t tab = 0;
+    for (int s = 0; s < sl->S; s++)
+        tab += (size_t)(c->h_ctx[s] + c->block_size - 1) / c->block_size;
+    const size_t bytes = (size_t)sl->T * 16 + ((size_t)2 * sl->S + 1 + sl->n + tab) * 4;
+    if (bytes > c->msg_cap) {
+        free(c->msg);
+        c->msg_cap = bytes + bytes / 2;
+        c->msg = xmalloc(c->msg_cap);
+    }
+    char *p = c->msg;
+#define PUT(src, nbytes) (memcpy(p, (src), (nbytes)), p += (nbytes))
+    PUT(c->h_ids, (size_t)sl->T * 4);
+    PUT(c->h_pos, (size_t)sl->T * 4);
+    PUT(c->h_slots, (size_t)sl->T * 8);
+    PUT(c->h_cu_q, (size_t)(sl->S + 1) * 4);
+    PUT(c->h_ctx, (size_t)sl->S * 4);
+    PUT(c->h_lidx, (size_t)sl->n * 4);
+    for (int s = 0; s < sl->S; s++)
+        PUT(c->h_tables + (size_t)s * c->max_blocks,
+            (size_t)((c->h_ctx[s] + c->block_size - 1) / c->block_size) * 4);
+#undef PUT
+    return tp_send_all(c->tp, TP_MSG_STEP, sl, sizeof *sl, c->msg, (size_t)(p - c->msg));
+}
+
+/* A worker: one step from its message (checked against this rank's sizes), run to the end. */
+static int worker_step(CudaBackend *c, const char *msg, size_t n) {
+    StepLaunch sl;
+    if (n < sizeof sl) return cvllm_errorf(CVLLM_EINVAL, "step message of %zu bytes", n);
+    memcpy(&sl, msg, sizeof sl);
+    const char *p = msg + sizeof sl, *end = msg + n;
+    if (sl.T < 0 || sl.T > c->Tmax || sl.S < 0 || sl.S > c->Smax || sl.n < 0 || sl.n > c->Smax ||
+        sl.bucket >= c->num_buckets || (size_t)(end - p) < (size_t)sl.T * 16 + ((size_t)2 * sl.S + 1 + sl.n) * 4)
+        return cvllm_errorf(CVLLM_EINVAL, "malformed step message (%d tokens, %d sequences)", sl.T,
+                            sl.S);
+#define GET(dst, nbytes) (memcpy((dst), p, (nbytes)), p += (nbytes))
+    GET(c->h_ids, (size_t)sl.T * 4);
+    GET(c->h_pos, (size_t)sl.T * 4);
+    GET(c->h_slots, (size_t)sl.T * 8);
+    GET(c->h_cu_q, (size_t)(sl.S + 1) * 4);
+    GET(c->h_ctx, (size_t)sl.S * 4);
+    GET(c->h_lidx, (size_t)sl.n * 4);
+    for (int s = 0; s < sl.S; s++) {
+        const int nb = (c->h_ctx[s] + c->block_size - 1) / c->block_size;
+        if (c->h_ctx[s] < 0 || nb > c->max_blocks || (size_t)(end - p) < (size_t)nb * 4)
+            return cvllm_errorf(CVLLM_EINVAL, "malformed step message (block tables)");
+        GET(c->h_tables + (size_t)s * c->max_blocks, (size_t)nb * 4);
+    }
+#undef GET
+    TRY(launch_step(c, &sl));
+    return sync_stream(c);
+}
+#endif
+
 static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
     CudaBackend *c = b->ctx;
     int rc = validate(c, in);
@@ -956,37 +1283,29 @@ static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
     int identity = 1;
     for (int i = 0; i < n && identity; i++)
         identity = in->logits_indices[i] == i;
+    StepLaunch sl = {.T = T, .S = S, .n = n, .max_q = in->max_seqlen_q, .max_k = in->max_seqlen_k,
+                     .decode = decode, .bucket = -1};
     if (bi >= 0 && identity) {
         const int B = c->buckets[bi];
         pad_lanes(c, S, B);
-        PROF(c, PC_INPUTS);
-        TRY(copy_inputs(c, B, B, B));
-        PROF(c, PC_GRAPH);
-        CUDA_TRY(cudaGraphLaunch(c->graphs[bi], c->stream));
-    } else {
-        PROF(c, PC_INPUTS);
-        TRY(copy_inputs(c, T, S, n));
-        ModelLaunch m = {.T = T,
-                         .S = S,
-                         .max_q = in->max_seqlen_q,
-                         .max_k = in->max_seqlen_k,
-                         .num_logits = n,
-                         .decode = decode,
-                         .parts = 0,
-                         .kv = c->d_kv,
-                         .num_blocks = c->num_blocks};
-        TRY(run_model(c, &m));
+        sl.T = sl.S = sl.n = B;
+        sl.bucket = bi;
     }
+#ifdef CVLLM_HAVE_NCCL
+    if (c->tp && (rc = send_step(c, &sl))) goto failed;
+#endif
+    if ((rc = launch_step(c, &sl))) goto failed;
     if (n == 0) {
         PROF(c, PC_INPUTS); /* the end mark */
-        CUDA_TRY(cudaStreamSynchronize(c->stream));
+        if ((rc = sync_stream(c))) goto failed;
         prof_end(c, decode, T);
         return 0;
     }
     PROF(c, PC_SAMPLER);
-    TRY(stage_sampling(c, in));
-    TRY(sampler_cuda(c->logits, n, c->V, c->d_rows, c->d_hist, c->d_tok, c->d_lp, c->d_top,
-                     c->d_tlp, c->d_sampler_scratch, c->stream));
+    if ((rc = stage_sampling(c, in))) goto failed;
+    if ((rc = sampler_cuda(c->logits, n, c->V, c->d_rows, c->d_hist, c->d_tok, c->d_lp, c->d_top,
+                           c->d_tlp, c->d_sampler_scratch, c->stream)))
+        goto failed;
     cudaStream_t st = c->stream;
     CUDA_TRY(cudaMemcpyAsync(c->h_tok, c->d_tok, (size_t)n * 4, cudaMemcpyDeviceToHost, st));
     int any_lp = 0;
@@ -1003,7 +1322,7 @@ static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
         CUDA_TRY(cudaMemcpyAsync(out->logits, c->logits, (size_t)n * c->V * 4,
                                  cudaMemcpyDeviceToHost, st));
     PROF(c, PC_SAMPLER); /* the end mark */
-    CUDA_TRY(cudaStreamSynchronize(st));
+    if ((rc = sync_stream(c))) goto failed;
     prof_end(c, decode, T);
     memcpy(out->token_ids, c->h_tok, (size_t)n * 4);
     for (int i = 0; i < n && any_lp; i++) {
@@ -1020,7 +1339,110 @@ static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
         }
     }
     return 0;
+failed:
+    c->prof.active = 0;
+#ifdef CVLLM_HAVE_NCCL
+    if (c->tp && tp_failed(c->tp)) b->broken = 1; /* a rank is gone: no step can run again */
+#endif
+    return rc;
 }
+
+/* ---------------------------------------------------------------- tensor-parallel worker */
+
+#ifdef CVLLM_HAVE_NCCL
+/* A worker process's life: join rank 0, load this rank's share of the model folder rank 0 names
+ * (or model_dir), then run what rank 0 sends until SHUTDOWN. Any error goes to rank 0 (which
+ * stops the engine) and ends the worker. */
+static int cuda_worker_main(const char *addr, int rank, int device, const char *model_dir) {
+    TpGroup *g = NULL;
+    if (tp_group_join(&g, addr, rank, 120.0)) {
+        fprintf(stderr, "cvllm worker (rank %d): %s\n", rank, cvllm_last_error());
+        return 1;
+    }
+    uint32_t type = 0;
+    void *msg = NULL;
+    size_t n = 0;
+    ModelConfig cfg;
+    ModelWeights w;
+    int have_cfg = 0, have_w = 0, rc;
+    Backend *b = NULL;
+    if ((rc = tp_recv(g, &type, &msg, &n)) || type != TP_MSG_CREATE || n <= sizeof(TpWireCreate)) {
+        if (!rc) tp_reply(g, 0, "expected the create message");
+        goto out;
+    }
+    TpWireCreate wc;
+    memcpy(&wc, msg, sizeof wc);
+    const char *dir = model_dir ? model_dir : (const char *)msg + sizeof wc;
+    BackendOptions o = {.device_id = device,
+                        .max_num_tokens = wc.max_num_tokens,
+                        .max_num_seqs = wc.max_num_seqs,
+                        .max_model_len = wc.max_model_len,
+                        .block_size = wc.block_size,
+                        .gpu_memory_utilization = wc.gpu_memory_utilization,
+                        .enforce_eager = wc.enforce_eager,
+                        .tp_rank = rank,
+                        .tp_size = wc.tp_size,
+                        .model_dir = dir};
+    if (rank >= wc.tp_size) rc = cvllm_errorf(CVLLM_EINVAL, "rank %d of %d", rank, wc.tp_size);
+    if (!rc && !(rc = config_load(dir, &cfg))) have_cfg = 1;
+    if (!rc && !(rc = weights_load(dir, &cfg, &w))) have_w = 1;
+    if (!rc) rc = cuda_create_rank(&cfg, &w, &o, g, &b);
+    free(msg), msg = NULL;
+    if (rc) {
+        tp_reply(g, 0, cvllm_last_error());
+        goto out;
+    }
+    if (tp_reply(g, 0, NULL)) goto out;
+    CudaBackend *c = b->ctx;
+    for (;;) {
+        if ((rc = tp_recv(g, &type, &msg, &n))) break;
+        if (type == TP_MSG_SHUTDOWN) break;
+        int64_t value = 0;
+        switch (type) {
+        case TP_MSG_BUDGET:
+            value = cuda_kv_budget_bytes(b);
+            rc = value < 0 ? -1 : 0;
+            break;
+        case TP_MSG_INIT_KV: {
+            KVCacheSpec spec;
+            if (n != sizeof spec) {
+                rc = cvllm_errorf(CVLLM_EINVAL, "malformed KV cache message");
+                break;
+            }
+            memcpy(&spec, msg, sizeof spec);
+            rc = cuda_init_kv_cache(b, &spec);
+            break;
+        }
+        case TP_MSG_WARMUP: rc = cuda_warmup(b); break;
+        case TP_MSG_STEP: rc = worker_step(c, msg, n); break;
+        default: rc = cvllm_errorf(CVLLM_EINVAL, "unknown message %u", type);
+        }
+        free(msg), msg = NULL;
+        if (rc) { /* to rank 0, then end */
+            if (!tp_failed(g)) tp_reply(g, 0, cvllm_last_error());
+            break;
+        }
+        if (type != TP_MSG_STEP && tp_reply(g, value, NULL)) {
+            rc = -1;
+            break;
+        }
+    }
+out:
+    free(msg);
+    if (rc && tp_failed(g)) fprintf(stderr, "cvllm worker (rank %d): %s\n", rank, cvllm_last_error());
+    if (b) {
+        if (tp_failed(g)) { /* like rank 0: do not wait on a kernel stuck in a collective */
+            tp_group_close(g);
+            _exit(1);
+        }
+        cuda_destroy(b);
+    }
+    tp_group_close(g);
+    if (have_w) weights_free(&w);
+    (void)have_cfg;
+    return rc ? 1 : 0;
+}
+#endif
 
 /* ---------------------------------------------------------------- registry entry */
 
@@ -1029,4 +1451,8 @@ int bench_cuda_ops(int argc, char **argv); /* bench_cuda.c */
 const BackendEntry backend_cuda_entry = {.name = "cuda",
                                          .create = backend_cuda_create,
                                          .probe = cuda_probe,
-                                         .bench_ops = bench_cuda_ops};
+                                         .bench_ops = bench_cuda_ops,
+#ifdef CVLLM_HAVE_NCCL
+                                         .worker_main = cuda_worker_main
+#endif
+};

@@ -1,7 +1,10 @@
 /* elementwise.cu: the per-token kernels between the matrix products. Each mirrors a CPU function
  * (named at the launcher in kernels.h and below) with the same arithmetic in f32; only the order
  * of the sums of squares differs (a block reduction instead of a loop).
- *   embedding_cuda        <- cpu_to_f32 of an embed_tokens row (cpu_forward)
+ *   embedding_cuda        <- cpu_to_f32 of an embed_tokens row (cpu_forward); a tensor-parallel
+ *                            rank holds rows [v0, v0 + nv) and writes zeros for the others
+ *   vocab_shards_to_rows_cuda <- the row-major [rows, V] logits of cpu_forward, from the ranks'
+ *                            [ranks][rows][Vs] lm_head slices (tensor parallelism)
  *   residual_rmsnorm_cuda <- residual_norm (backend_cpu.c): x += add; rmsnorm_cpu
  *   add_bias_cuda         <- matmul_rows_scalar's "+ bias[n]"
  *   qk_norm_rope_cuda     <- qk_rope_store_job: rmsnorm_cpu per head, rope_cos_sin_cpu,
@@ -20,19 +23,27 @@ extern "C" int cuda_error(cudaError_t e, const char *file, int line, const char 
 /* ------------------------------------------------------------------ embedding */
 
 template <typename T>
-__global__ void embedding_kernel(float *x, const T *embed, const int32_t *ids, int H) {
+__global__ void embedding_kernel(float *x, const T *embed, const int32_t *ids, int H, int v0,
+                                 int nv) {
     const int t = blockIdx.x;
-    const T *row = embed + (int64_t)ids[t] * H;
+    const int id = ids[t] - v0;
     float *y = x + (int64_t)t * H;
+    if (id < 0 || id >= nv) { /* another rank's row: this rank adds nothing */
+        for (int i = threadIdx.x; i < H; i += blockDim.x)
+            y[i] = 0.0f;
+        return;
+    }
+    const T *row = embed + (int64_t)id * H;
     for (int i = threadIdx.x; i < H; i += blockDim.x)
         y[i] = to_f32(row[i]);
 }
 
 extern "C" int embedding_cuda(float *d_x, const void *d_embed, DType edt, const int32_t *d_ids,
-                              int T, int H, cudaStream_t stream) {
+                              int T, int H, int v0, int nv, cudaStream_t stream) {
     if (T <= 0) return 0;
     DISPATCH_DTYPE(edt, E,
-                   embedding_kernel<E><<<T, 256, 0, stream>>>(d_x, (const E *)d_embed, d_ids, H));
+                   embedding_kernel<E><<<T, 256, 0, stream>>>(d_x, (const E *)d_embed, d_ids, H,
+                                                              v0, nv));
     CUDA_LAUNCH_TRY();
     return 0;
 }
@@ -274,6 +285,26 @@ extern "C" int gather_rows_cuda(float *d_y, const float *d_x, const int32_t *d_i
                                 cudaStream_t stream) {
     if (n <= 0) return 0;
     gather_rows_kernel<<<n, 256, 0, stream>>>(d_y, d_x, d_idx, H);
+    CUDA_LAUNCH_TRY();
+    return 0;
+}
+
+/* ------------------------------------------------------------------ vocabulary shards */
+
+/* dst[i, r * Vs + j] = src[r][i][j] for r * Vs + j < V: one block per (row, rank). */
+__global__ void vocab_shards_to_rows_kernel(float *dst, const float *src, int n, int V, int Vs) {
+    const int i = blockIdx.x, r = blockIdx.y;
+    const float *s = src + ((int64_t)r * n + i) * Vs;
+    float *d = dst + (int64_t)i * V + (int64_t)r * Vs;
+    const int m = V - r * Vs < Vs ? V - r * Vs : Vs;
+    for (int j = threadIdx.x; j < m; j += blockDim.x)
+        d[j] = s[j];
+}
+
+extern "C" int vocab_shards_to_rows_cuda(float *d_dst, const float *d_src, int n, int V, int Vs,
+                                         int ranks, cudaStream_t stream) {
+    if (n <= 0) return 0;
+    vocab_shards_to_rows_kernel<<<dim3(n, ranks), 256, 0, stream>>>(d_dst, d_src, n, V, Vs);
     CUDA_LAUNCH_TRY();
     return 0;
 }

@@ -35,9 +35,16 @@ int cuda_error(cudaError_t e, const char *file, int line, const char *what);
 
 /* ---------------------------------------------------------------- elementwise (elementwise.cu) */
 
-/* x[t, :] = f32(embed[ids[t], :]) for t < T.   CPU: cpu_to_f32 over embed_tokens rows. */
+/* x[t, :] = f32(embed[ids[t] - v0, :]) for t < T where v0 <= ids[t] < v0 + nv, else zeros (a
+ * tensor-parallel rank holds the rows [v0, v0 + nv) of the vocabulary; one GPU: 0, V).
+ * CPU: cpu_to_f32 over embed_tokens rows. */
 int embedding_cuda(float *d_x, const void *d_embed, DType edt, const int32_t *d_ids, int T, int H,
-                   cudaStream_t stream);
+                   int v0, int nv, cudaStream_t stream);
+
+/* dst [n, V] from src [ranks][n][Vs]: rank r's slice holds columns [r * Vs, r * Vs + Vs) (the last
+ * one cut at V). CPU: the logits rows of cpu_forward (one device: lm_head's output as it is). */
+int vocab_shards_to_rows_cuda(float *d_dst, const float *d_src, int n, int V, int Vs, int ranks,
+                              cudaStream_t stream);
 
 /* x[t] += add[t] (add may be NULL); h[t] = adt((x[t] * rsqrt(mean(x[t]^2) + eps)) * w).
  * x, add: [T, H] f32; w: [H] f32; h: [T, H] of adt.   CPU: residual_norm (backend_cpu.c) =
