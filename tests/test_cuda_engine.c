@@ -581,5 +581,7 @@ int main(void) {
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_tensor_parallel),
     };
+    /* CVLLM_TEST_FILTER=test_presets (a cmocka pattern): one test, for compute-sanitizer runs */
+    if (getenv("CVLLM_TEST_FILTER")) cmocka_set_test_filter(getenv("CVLLM_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1049,7 +1049,7 @@ int main(void) {
         cmocka_unit_test(test_sampler_rows),
         cmocka_unit_test(test_sampler_distribution),
     };
-    /* CVLLM_TEST_FILTER=attention* (a cmocka pattern): a subset, for compute-sanitizer runs */
+    /* CVLLM_TEST_FILTER=test_attention* (a cmocka glob on the whole name): for sanitizer runs */
     if (getenv("CVLLM_TEST_FILTER")) cmocka_set_test_filter(getenv("CVLLM_TEST_FILTER"));
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cudaStreamDestroy(g_stream);

@@ -65,6 +65,12 @@ typedef struct {
     int num_output;
 } SamplingRow;
 
+/* whether a row has any penalty (else its prompt/output ids are not read) */
+static inline int sampling_row_has_penalty(const SamplingRow *r) {
+    return r->repetition_penalty != 1.0f || r->frequency_penalty != 0.0f ||
+           r->presence_penalty != 0.0f;
+}
+
 /* One step's inputs, all host arrays (the CUDA backend copies them to the device).
  * Prefill packs sequences back to back without padding (varlen); decode has one token per seq. */
 typedef struct {

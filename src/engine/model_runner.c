@@ -123,8 +123,7 @@ static const StepInputs *prepare(ModelRunner *r, Sequence **seqs, int n, int is_
                                  .num_prompt = s->num_prompt_tokens,
                                  .output_ids = s->token_ids + s->num_prompt_tokens,
                                  .num_output = s->num_tokens - s->num_prompt_tokens};
-            any_penalty |= p->presence_penalty != 0 || p->frequency_penalty != 0 ||
-                           p->repetition_penalty != 1;
+            any_penalty |= sampling_row_has_penalty(row);
             r->logits_row_of_seq[i] = num_logits;
             r->logits_indices[num_logits++] = t - 1;
         } else {

@@ -174,8 +174,7 @@ int32_t sampler_sample(float *logits, int vocab, const SamplingRow *p, void *scr
     float *w = scratch;                 /* [vocab] unnormalized probabilities */
     int *idx = (int *)(w + vocab);      /* [vocab] token ids, reordered by selection; penalty counts */
     float *raw = (float *)(idx + vocab); /* [vocab] the logits before penalties (log-probs only) */
-    int penalties = p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f ||
-                    p->presence_penalty != 0.0f;
+    const int penalties = sampling_row_has_penalty(p);
     const float *lp_src = logits;
     double lse = 0.0;
     if (p->num_logprobs >= 0) {
