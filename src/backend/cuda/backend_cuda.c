@@ -1135,8 +1135,7 @@ static int stage_sampling(CudaBackend *c, const StepInputs *in) {
     int64_t nid = 0;
     for (int i = 0; i < in->num_logits; i++) {
         const SamplingRow *r = &in->sampling[i];
-        const int pen = r->repetition_penalty != 1.0f || r->frequency_penalty != 0.0f ||
-                        r->presence_penalty != 0.0f;
+        const int pen = sampling_row_has_penalty(r);
         CudaSamplingRow *d = &c->h_rows[i];
         *d = (CudaSamplingRow){.temperature = r->temperature,
                                .top_p = r->top_p,
