@@ -14,7 +14,7 @@ export NCCL_NVLS_ENABLE=0
 R="bash $H/run.sh"
 S=$OUT/summary.txt
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader | tee -a "$S"
-python3 -c 'import nvidia.nccl, os, glob; print("nccl (pip):", glob.glob(os.path.join(os.path.dirname(nvidia.nccl.__file__), "lib", "*")))' 2>&1 | tee -a "$S"
+$R bash -c 'ldd $(command -v cvllm) | grep -i nccl' | tee -a "$S"
 date -u | tee -a "$S"
 M=/tmp/qwen3-0.6b
 $R cvllm mkmodel --preset qwen3-0.6b --seed 0 "$M" > /dev/null 2>&1
@@ -25,7 +25,8 @@ if [[ $parts == *" tests "* ]]; then
   TEST_TIMEOUT=170 timeout 180 $R test_cuda_kernels > "$OUT/kernels.log" 2>&1
   echo "test_cuda_kernels exit $? ($(($(date +%s) - t)) s)" | tee -a "$S"
   t=$(date +%s)
-  CVLLM_BIN=$H/bin/cvllm CVLLM_TEST_TP_MODEL=$M timeout 300 $R test_cuda_engine > "$OUT/engine.log" 2>&1
+  CVLLM_BIN=$H/bin/cvllm CVLLM_TEST_TP_MODEL=$M CVLLM_TEST_FILTER=${ENGINE_TESTS:-*} \
+    timeout ${ENGINE_TIMEOUT:-400} $R test_cuda_engine > "$OUT/engine.log" 2>&1
   echo "test_cuda_engine exit $? ($(($(date +%s) - t)) s)" | tee -a "$S"
   grep -E "^\[  (FAILED|PASSED|SKIPPED)|^\[       OK|FAIL|NOT A TIE|tensor parallel|tp " "$OUT/engine.log" | head -60 | tee -a "$S"
   t=$(date +%s)

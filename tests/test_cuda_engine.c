@@ -569,6 +569,7 @@ static void test_tensor_parallel(void **state) {
 int main(void) {
     int wrc = cvllm_worker_main(); /* this binary is also the tensor-parallel test's rank 1 */
     if (wrc >= 0) return wrc;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress visible through a pipe, e.g. under a timeout */
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
         printf("skipped: no GPU\n");

@@ -67,10 +67,9 @@ static int group_fail(TpGroup *g, const char *fmt, ...) {
         vsnprintf(g->err, sizeof g->err, fmt, ap);
         va_end(ap);
         g->failed = 1;
-        if (g->comm) {
-            ncclCommAbort(g->comm);
-            g->comm = NULL;
-        }
+        /* No ncclCommAbort: with a rank gone it can wait forever for that rank (NCCL needs every
+         * rank of a host to abort). The communicator is left as it is (a kernel may still spin
+         * on the lost rank); the engine stops and the process exits, which frees it all. */
         if (g->rank == 0) end_workers(g, 5.0);
     }
     return cvllm_errorf(CVLLM_EBACKEND, "tensor parallelism: %s", g->err);
@@ -576,13 +575,14 @@ static void end_workers(TpGroup *g, double grace_s) {
 
 void tp_group_close(TpGroup *g) {
     if (!g) return;
-    if (g->rank == 0) {
-        if (!g->failed)
-            for (int r = 1; r < g->size; r++)
-                if (g->fd[r] >= 0) send_msg(g->fd[r], TP_MSG_SHUTDOWN, NULL, 0, NULL, 0);
-        end_workers(g, 10.0);
-    }
-    if (g->comm) ncclCommAbort(g->comm); /* local: frees the communicator without waiting */
+    if (g->rank == 0 && !g->failed)
+        for (int r = 1; r < g->size; r++)
+            if (g->fd[r] >= 0) send_msg(g->fd[r], TP_MSG_SHUTDOWN, NULL, 0, NULL, 0);
+    /* every rank frees its communicator at the same time (NCCL synchronizes the ranks of a host
+     * there); a failed group's is left alone (see group_fail) */
+    if (g->comm && !g->failed) ncclCommAbort(g->comm);
+    g->comm = NULL;
+    if (g->rank == 0) end_workers(g, 10.0);
     for (int r = 0; r < g->size; r++)
         if (g->fd[r] >= 0) close(g->fd[r]);
     if (g->listen_fd >= 0) close(g->listen_fd);

@@ -11,9 +11,11 @@
  *
  * Failure: while any rank waits on the GPU (tp_stream_wait), it also watches its peers: a closed
  * connection (a worker killed, rank 0 gone), an error message from a worker, or an NCCL error
- * aborts the communicator (ncclCommAbort: kernels stuck in a collective return) and fails the
- * group for good: every later call returns the same error. Rank 0 then ends the workers it
- * started (SIGTERM, then SIGKILL after 5 s). */
+ * fails the group for good: every later call returns the same error. Rank 0 then ends the
+ * workers it started (SIGTERM, then SIGKILL after 5 s); a worker exits. The communicator is not
+ * aborted (ncclCommAbort waits for every rank of the host, the lost one included, so it can hang
+ * forever): a kernel may still spin on the lost rank until the process exits, and the engine
+ * above stops. */
 #ifndef CVLLM_TP_H
 #define CVLLM_TP_H
 
