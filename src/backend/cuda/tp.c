@@ -27,6 +27,18 @@ extern char **environ;
 #define TP_MAGIC 0x43565450u /* "CVTP" */
 #define PEER_CHECK_S 0.002   /* how often a wait looks at the peers */
 
+/* CVLLM_TP_TRACE=1: every message, collective and wait of every rank on stderr (debugging). */
+static int tp_trace = -1;
+#define TRACE(g, ...)                                                                              \
+    do {                                                                                           \
+        if (tp_trace < 0) tp_trace = getenv("CVLLM_TP_TRACE") && *getenv("CVLLM_TP_TRACE") != '0'; \
+        if (tp_trace) {                                                                            \
+            fprintf(stderr, "[tp rank %d %.6f] ", (g)->rank, now_seconds());                      \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
+    } while (0)
+
 typedef struct {
     uint32_t magic, type;
     uint64_t len;
@@ -85,8 +97,8 @@ static void describe_exit(TpGroup *g, int r, char *buf, size_t n) {
     if (g->rank != 0 || !g->pid || g->pid[r] <= 0) return;
     int st = 0;
     pid_t p = 0;
-    for (int i = 0; i < 50 && (p = waitpid(g->pid[r], &st, WNOHANG)) == 0; i++)
-        usleep(2000); /* the connection closes a moment before the process is reaped */
+    for (int i = 0; i < 1000 && (p = waitpid(g->pid[r], &st, WNOHANG)) == 0; i++)
+        usleep(2000); /* up to 2 s: a process with a GPU context takes a moment to end */
     if (p != g->pid[r]) return;
     g->pid[r] = 0;
     if (WIFSIGNALED(st))
@@ -365,6 +377,7 @@ int tp_group_join(TpGroup **out, const char *addr, int rank, double timeout_s) {
 /* ---------------------------------------------------------------- messages */
 
 int tp_send_all(TpGroup *g, uint32_t type, const void *a, size_t na, const void *b, size_t nb) {
+    TRACE(g, "send message %u (%zu bytes)", type, na + nb);
     if (g->failed) return cvllm_errorf(CVLLM_EBACKEND, "tensor parallelism: %s", g->err);
     for (int r = 1; r < g->size; r++)
         if (send_msg(g->fd[r], type, a, na, b, nb) < 0) {
@@ -378,6 +391,7 @@ int tp_send_all(TpGroup *g, uint32_t type, const void *a, size_t na, const void 
 int tp_recv(TpGroup *g, uint32_t *type, void **payload, size_t *n) {
     if (recv_msg(g->fd[0], type, payload, n) < 0)
         return group_fail(g, "rank %d: the connection to rank 0 closed", g->rank);
+    TRACE(g, "received message %u (%zu bytes)", *type, n ? *n : 0);
     return 0;
 }
 
@@ -460,6 +474,7 @@ int tp_gather_replies(TpGroup *g, int64_t own, int64_t *min_value) {
 
 /* Completes a non-blocking NCCL call, watching the peers. */
 static int nccl_wait(TpGroup *g, ncclResult_t r, const char *what) {
+    TRACE(g, "%s: returned %d", what, (int)r);
     double next = now_seconds() + PEER_CHECK_S;
     while (r == ncclInProgress) {
         if (!g->comm) break;
@@ -472,6 +487,7 @@ static int nccl_wait(TpGroup *g, ncclResult_t r, const char *what) {
         }
         sched_yield();
     }
+    TRACE(g, "%s: done (%d)", what, (int)r);
     if (r != ncclSuccess && r != ncclInProgress)
         return group_fail(g, "rank %d: %s: %s (%s)", g->rank, what, ncclGetErrorString(r),
                           g->comm ? ncclGetLastError(g->comm) : "");
@@ -484,7 +500,8 @@ int tp_nccl_init(TpGroup *g, int device) {
     if (ce != cudaSuccess)
         return group_fail(g, "rank %d: GPU %d: %s", g->rank, device, cudaGetErrorString(ce));
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0;
+    const char *bl = getenv("CVLLM_NCCL_BLOCKING"); /* 1: a blocking communicator (debugging) */
+    cfg.blocking = bl && *bl == '1';
     ncclResult_t r = ncclCommInitRankConfig(&g->comm, g->size, g->id, g->rank, &cfg);
     if (r != ncclSuccess && r != ncclInProgress)
         return group_fail(g, "rank %d: ncclCommInitRank: %s", g->rank, ncclGetErrorString(r));
@@ -520,11 +537,19 @@ int tp_gather_to_root(TpGroup *g, const float *send, float *recv, size_t n, cuda
 }
 
 int tp_stream_wait(TpGroup *g, cudaStream_t st) {
-    double next = now_seconds() + PEER_CHECK_S;
+    double next = now_seconds() + PEER_CHECK_S, report = now_seconds() + 5;
+    TRACE(g, "stream wait");
     for (;;) {
         if (g->failed) return cvllm_errorf(CVLLM_EBACKEND, "tensor parallelism: %s", g->err);
         cudaError_t e = cudaStreamQuery(st);
-        if (e == cudaSuccess) return 0;
+        if (e == cudaSuccess) {
+            TRACE(g, "stream done");
+            return 0;
+        }
+        if (now_seconds() > report) {
+            TRACE(g, "stream still busy");
+            report = now_seconds() + 5;
+        }
         if (e != cudaErrorNotReady)
             return group_fail(g, "rank %d: the GPU failed: %s", g->rank, cudaGetErrorString(e));
         if (g->comm) {
