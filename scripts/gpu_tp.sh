@@ -18,6 +18,7 @@ $R bash -c 'ldd $(command -v cvllm) | grep -i nccl' | tee -a "$S"
 date -u | tee -a "$S"
 M=/tmp/qwen3-0.6b
 $R cvllm mkmodel --preset qwen3-0.6b --seed 0 "$M" > /dev/null 2>&1
+T0=$(date +%s)
 parts=" $* "
 [ $# -eq 0 ] && parts=" tests bench "
 if [[ $parts == *" tests "* ]]; then
@@ -26,6 +27,7 @@ if [[ $parts == *" tests "* ]]; then
   echo "test_cuda_kernels exit $? ($(($(date +%s) - t)) s)" | tee -a "$S"
   t=$(date +%s)
   CVLLM_BIN=$H/bin/cvllm CVLLM_TEST_TP_MODEL=$M CVLLM_TEST_FILTER=${ENGINE_TESTS:-*} \
+    CVLLM_TEST_TP_PRESETS=${TP_PRESETS:-test-qwen3,test-qwen2,test-llama} \
     timeout ${ENGINE_TIMEOUT:-400} $R test_cuda_engine > "$OUT/engine.log" 2>&1
   echo "test_cuda_engine exit $? ($(($(date +%s) - t)) s)" | tee -a "$S"
   grep -E "^\[  (FAILED|PASSED|SKIPPED)|^\[       OK|FAIL|NOT A TIE|tensor parallel|tp " "$OUT/engine.log" | head -60 | tee -a "$S"
@@ -54,7 +56,8 @@ if [[ $parts == *" bench "* ]]; then
   b 0.6b-tp2-batch1 $M 2 --num-seqs 1 --input-len 16 --output-len 1024
   grep "cuda profile" "$OUT/bench.log" | tail -24 | tee -a "$S"
 fi
-if [[ $parts == *" bench8b "* ]]; then
+T0=${T0:-$(date +%s)}
+if [[ $parts == *" bench8b "* ]] && [ $(($(date +%s) - T0)) -lt ${BENCH8B_BEFORE:-100000} ]; then
   M8=/tmp/qwen3-8b
   t=$(date +%s)
   $R cvllm mkmodel --preset qwen3-8b --seed 0 "$M8" > /dev/null 2>&1

@@ -695,26 +695,28 @@ static void cuda_destroy(Backend *b) {
     if (!b) return;
     CudaBackend *c = b->ctx;
 #ifdef CVLLM_HAVE_NCCL
-    if (c && c->tp) {
-        const int lost = tp_failed(c->tp);
-        if (c->owns_tp) tp_group_close(c->tp); /* the workers exit (or are ended) */
-        c->tp = NULL;
-        /* a rank lost mid-step: if a kernel still waits on it, freeing would wait forever too;
-         * the memory goes with the process */
-        if (lost && c->stream && cudaStreamQuery(c->stream) == cudaErrorNotReady) {
-            free(c->layers);
-            free(c);
-            free(b);
-            return;
-        }
+    /* a rank lost mid-step: if a kernel still waits on it, freeing would wait forever too;
+     * the memory goes with the process */
+    if (c && c->tp && tp_failed(c->tp) && c->stream &&
+        cudaStreamQuery(c->stream) == cudaErrorNotReady) {
+        if (c->owns_tp) tp_group_close(c->tp);
+        free(c->layers);
+        free(c);
+        free(b);
+        return;
     }
 #endif
     if (c) {
         prof_report(c);
         for (int i = 0; i < PROF_MAX_EVENTS && c->prof.on; i++)
             if (c->prof.ev[i]) cudaEventDestroy(c->prof.ev[i]);
+        /* the graphs first: they hold the NCCL communicator, which cannot be freed before */
         for (int i = 0; i < c->num_buckets; i++)
             if (c->graphs[i]) cudaGraphExecDestroy(c->graphs[i]);
+#ifdef CVLLM_HAVE_NCCL
+        if (c->tp && c->owns_tp) tp_group_close(c->tp); /* the workers exit (or are ended) */
+#endif
+        c->tp = NULL;
         gemm_destroy(c->gemm);
         free(c->msg);
         cudaFree(c->d_weights);
