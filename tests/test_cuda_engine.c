@@ -535,8 +535,10 @@ static void test_tensor_parallel(void **state) {
     (void)state;
     int n = 0;
     cudaGetDeviceCount(&n);
-    if (n < 2) {
-        printf("  tensor parallelism: %d GPU here, skipped\n", n);
+    const char *ts = getenv("CVLLM_TEST_TP_SIZE"); /* default 2; 4 and 8 on larger machines */
+    const int tp = ts && atoi(ts) > 1 ? atoi(ts) : 2;
+    if (n < tp) {
+        printf("  tensor parallelism %d: %d GPU here, skipped\n", tp, n);
         skip();
     }
     glob_t g;
@@ -545,10 +547,10 @@ static void test_tensor_parallel(void **state) {
         char dir[512];
         snprintf(dir, sizeof dir, "%s", g.gl_pathv[i]);
         *strrchr(dir, '/') = '\0';
-        check_tp(dir, g.gl_pathv[i], 2);
+        check_tp(dir, g.gl_pathv[i], tp);
     }
     globfree(&g);
-    check_tp("models/cvllm-tiny-py", "tests/fixtures/trained/reference.json", 2);
+    check_tp("models/cvllm-tiny-py", "tests/fixtures/trained/reference.json", tp);
     const char *bin = getenv("CVLLM_BIN") ? getenv("CVLLM_BIN") : "cvllm";
     const char *presets[] = {"test-qwen3", "test-qwen2", "test-llama"};
     const char *only = getenv("CVLLM_TEST_TP_PRESETS"); /* e.g. "test-qwen2": a shorter run */
@@ -559,13 +561,13 @@ static void test_tensor_parallel(void **state) {
         snprintf(cmd, sizeof cmd, "%s mkmodel --preset %s --seed 3 %s > /dev/null", bin, presets[i],
                  dir);
         if (system(cmd) != 0) fail_msg("%s failed", cmd);
-        check_tp(dir, NULL, 2);
+        check_tp(dir, NULL, tp);
         snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
         if (system(cmd) != 0) fail_msg("%s failed", cmd);
     }
     /* a real shape: $CVLLM_TEST_TP_MODEL (e.g. the qwen3-0.6b preset), three prompts */
     const char *big = getenv("CVLLM_TEST_TP_MODEL");
-    if (big && *big) check_tp(big, NULL, 2);
+    if (big && *big) check_tp(big, NULL, tp);
 }
 
 int main(void) {
