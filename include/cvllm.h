@@ -72,8 +72,14 @@ int cvllm_worker_run(const char *addr, int rank, int device_id, const char *mode
 
 typedef enum { CVLLM_DEVICE_AUTO = 0, CVLLM_DEVICE_CPU, CVLLM_DEVICE_CUDA } CvllmDevice;
 /* Element type of the KV cache. AUTO: f32 on the CPU (the reference: exact f32 attention), the
- * model's dtype on a GPU. */
-typedef enum { CVLLM_KV_DTYPE_AUTO = 0, CVLLM_KV_DTYPE_F32, CVLLM_KV_DTYPE_BF16 } CvllmKvDtype;
+ * model's dtype on a GPU. FP8: e4m3 with per-tensor k/v scales of 1.0 (vLLM's fp8 / fp8_e4m3
+ * without calibrated scales): a quarter of f32's bytes, half of bf16's; attention math stays f32. */
+typedef enum {
+    CVLLM_KV_DTYPE_AUTO = 0,
+    CVLLM_KV_DTYPE_F32,
+    CVLLM_KV_DTYPE_BF16,
+    CVLLM_KV_DTYPE_FP8
+} CvllmKvDtype;
 
 typedef struct {
     CvllmDevice device;

@@ -329,6 +329,43 @@ float f16_to_f32(uint16_t h) {
     return v.f;
 }
 
+float fp8_e4m3_to_f32(uint8_t b) {
+    const uint32_t sign = (uint32_t)(b & 0x80u) << 24, exp = (b >> 3) & 0xfu, mant = b & 0x7u;
+    union { uint32_t u; float f; } v;
+    if (exp == 0xf && mant == 0x7) {
+        v.u = sign | 0x7fc00000u; /* NaN */
+    } else if (exp == 0) {        /* zero or subnormal: mant * 2^-9, exact */
+        v.f = (float)mant * 0x1p-9f;
+        v.u |= sign;
+    } else {
+        v.u = sign | ((exp - 7 + 127) << 23) | (mant << 20);
+    }
+    return v.f;
+}
+
+uint8_t f32_to_fp8_e4m3(float f) {
+    union { float f; uint32_t u; } v = {.f = f};
+    const uint32_t a = v.u & 0x7fffffffu;
+    const uint8_t sign = (uint8_t)((v.u >> 24) & 0x80u);
+    if (a > 0x7f800000u) return 0x7f;              /* NaN (canonical, sign dropped as CUDA's) */
+    if (a > 0x43e80000u) return sign | 0x7e;       /* above 464 = 448 + half an ulp: 448 */
+    if (a <= 0x3a800000u) return sign;             /* |x| <= 2^-10, half the smallest subnormal */
+    const uint32_t e = a >> 23, mant = (a & 0x7fffffu) | 0x800000u;
+    uint32_t r, rem, half;
+    if (e >= 121) { /* normal in e4m3 (|x| >= 2^-6): keep 3 of the 23 mantissa bits */
+        r = ((e - 120) << 3) | ((a >> 20) & 0x7u);
+        rem = a & 0xfffffu;
+        half = 0x80000u;
+    } else { /* subnormal in e4m3: |x| / 2^-9 rounded to an integer 1 .. 8 (8: 2^-6, normal) */
+        const uint32_t shift = 141 - e; /* 21 .. 24 */
+        r = mant >> shift;
+        rem = mant & ((1u << shift) - 1);
+        half = 1u << (shift - 1);
+    }
+    if (rem > half || (rem == half && (r & 1))) r++; /* may carry into the exponent: right */
+    return (uint8_t)(sign | r);
+}
+
 uint16_t f32_to_f16(float f) {
     union { float f; uint32_t u; } v = {.f = f};
     uint32_t x = v.u, sign = (x >> 16) & 0x8000u;

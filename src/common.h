@@ -106,4 +106,12 @@ static inline uint16_t f32_to_bf16(float f) {
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 
+/* fp8 e4m3 (OCP "E4M3FN", torch.float8_e4m3fn: sign, 4 exponent bits with bias 7, 3 mantissa
+ * bits; no infinities; 0x7f / 0xff are NaN; largest finite 448) <-> f32, bit for bit what CUDA's
+ * __nv_cvt_fp8_to_halfraw and __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3) give (vLLM's
+ * conversions for an fp8 KV cache): round to nearest even, a finite value beyond 448 and +-inf
+ * saturate to +-448, |x| <= 2^-10 gives a signed zero, every NaN gives 0x7f. */
+float fp8_e4m3_to_f32(uint8_t b);
+uint8_t f32_to_fp8_e4m3(float f);
+
 #endif

@@ -19,6 +19,8 @@ check "bad --temperature exits 2" '$B complete $M --prompt x --temperature abc >
 check "bad --kv-cache-memory exits 2" '$B complete $M --prompt x --kv-cache-memory 12Q >/dev/null 2>&1; [ $? = 2 ]'
 check "bad --kv-cache-dtype exits 2" '$B complete $M --prompt x --kv-cache-dtype fp4 >/dev/null 2>&1; [ $? = 2 ]'
 check "bf16 KV cache: twice the blocks in the same budget" '$B complete $M --prompt-ids 1,2 --max-tokens 2 --kv-cache-memory 64M --kv-cache-dtype bfloat16 2>&1 >/dev/null | grep -q "bf16: 49152 bytes per block, 1365 blocks"'
+check "fp8 KV cache: four times the blocks in the same budget" '$B complete $M --prompt-ids 1,2 --max-tokens 2 --kv-cache-memory 64M --kv-cache-dtype fp8 2>&1 >/dev/null | grep -q "fp8_e4m3: 24576 bytes per block, 2730 blocks"'
+check "fp8_e4m3: the same as fp8 (vLLM's alias)" '[ "$($B complete $M --prompt "import os" --max-tokens 8 --temperature 0 --kv-cache-dtype fp8_e4m3 --quiet)" = "$($B complete $M --prompt "import os" --max-tokens 8 --temperature 0 --kv-cache-dtype fp8 --quiet)" ]'
 
 # greedy text and ids agree between text and id prompts, json has every field
 $B complete $M --prompt 'import os' --max-tokens 12 --temperature 0 --output json --quiet > $T/a.json
@@ -207,7 +209,7 @@ for bad_opt in "--block-size 17" "--block-size 8" "--block-size 0" "--block-size
                "--threads 1000" "--threads -1" "--threads 1.5" "--max-num-seqs 0" "--max-num-batched-tokens 0" \
                "--max-model-len 0" "--max-model-len ' 5'" "--kv-cache-memory nan" "--kv-cache-memory -1G" \
                "--kv-cache-memory 0x10" "--kv-cache-memory ' 2G'" "--kv-cache-memory 0" \
-               "--gpu-memory-utilization 2" "--device tpu" "--kv-cache-dtype fp8"; do
+               "--gpu-memory-utilization 2" "--device tpu" "--kv-cache-dtype fp4"; do
   eval "usage2 $B complete $M --prompt-ids 1 $bad_opt"
 done
 usage2 $B chat $M --block-size 24

@@ -4,17 +4,25 @@
  * Tolerances: the matmul error is measured against sum_k |x_k w_k| (the natural bound for a
  * reordered f32 sum): |y - ref| <= 1e-5 * sum|x w| + 1e-30. The reference accumulates in double.
  * rmsnorm / rope / attention: relative 2e-5 against double-precision formulas. Thread counts 1
- * and 2 must agree bit for bit, and so must a token computed alone or inside a batch. */
+ * and 2 must agree bit for bit, and so must a token computed alone or inside a batch.
+ * fp8 e4m3 conversions: exact, against a brute-force nearest-even search over the 127 finite
+ * magnitudes, and (in a CUDA build) bit for bit against the host path of CUDA's cuda_fp8.h. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "backend/cpu/ops.h"
 #include "common.h"
+
+#ifdef CVLLM_HAVE_CUDA
+#include <cuda_fp8.h> /* its __host__ conversions: the software twin of the device's cvt */
+#endif
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -403,6 +411,133 @@ static void test_exp_silu_avx2(void **state) {
     print_message("exp: worst relative error %.3g\n", worst);
 }
 
+/* ---------------------------------------------------------------- fp8 e4m3 */
+
+/* The value of code c from the format's definition (sign, 4 exponent bits bias 7, 3 mantissa
+ * bits; exponent 0: subnormal; 0x7f / 0xff: NaN). */
+static double fp8_value(int c) {
+    const int s = c >> 7, e = (c >> 3) & 15, m = c & 7;
+    if (e == 15 && m == 7) return NAN;
+    const double v = e == 0 ? ldexp(m, -9) : ldexp(1.0 + m / 8.0, e - 7);
+    return s ? -v : v;
+}
+
+/* The nearest finite code by brute force, a tie to the even code; beyond 448 (and +-inf): 448
+ * (satfinite); NaN: 0x7f. */
+static uint8_t fp8_ref_encode(float x) {
+    if (isnan(x)) return 0x7f;
+    const uint8_t sign = signbit(x) ? 0x80 : 0;
+    const double a = fabs((double)x);
+    if (isinf(x)) return sign | 0x7e;
+    int best = 0;
+    double bd = INFINITY;
+    for (int c = 0; c <= 0x7e; c++) {
+        const double d = fabs(a - fp8_value(c));
+        if (d < bd || (d == bd && !(c & 1))) bd = d, best = c;
+    }
+    return sign | (uint8_t)best;
+}
+
+static uint32_t xorshift32(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 32);
+}
+
+static void test_fp8_decode(void **state) {
+    (void)state;
+    for (int c = 0; c < 256; c++) {
+        const float got = fp8_e4m3_to_f32((uint8_t)c);
+        const double want = fp8_value(c);
+        if (isnan(want)) {
+            assert_true(isnan(got));
+            assert_int_equal(f32_to_fp8_e4m3(got), 0x7f);
+            continue;
+        }
+        if ((double)got != want || !!signbit(got) != (c >= 0x80))
+            fail_msg("code %#04x: got %a, want %a", c, got, want);
+        assert_int_equal(f32_to_fp8_e4m3(got), c); /* every finite code round-trips */
+    }
+    assert_true(fp8_e4m3_to_f32(0x7e) == 448.0f && fp8_e4m3_to_f32(0x01) == 0x1p-9f);
+}
+
+/* The floats where rounding decides: specials, every midpoint between neighbouring codes and
+ * the floats next to it, both signs; then n random ones (half of them in e4m3's range). */
+static int fp8_test_floats(float *x, int n_rand) {
+    int n = 0;
+    const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 448.0f, 464.0f,
+                              0x1.d00002p+8f, 480.0f, 1e30f, FLT_MAX, 0x1p-10f, 0x1.000002p-10f,
+                              0x1.fffffep-11f, 0x1p-9f, 0x1.8p-9f, 0x1p-6f, 0x1.ep-7f, 1e-45f};
+    for (size_t i = 0; i < sizeof specials / sizeof *specials; i++)
+        x[n++] = specials[i], x[n++] = -specials[i];
+    for (int c = 0; c < 0x7e; c++) {
+        const float a = (float)fp8_value(c), b = (float)fp8_value(c + 1), mid = (a + b) / 2;
+        const float near[5] = {mid, nextafterf(mid, 0.0f), nextafterf(mid, INFINITY), a, b};
+        for (int k = 0; k < 5; k++)
+            x[n++] = near[k], x[n++] = -near[k];
+    }
+    for (int i = 0; i < n_rand; i++) {
+        uint32_t u = xorshift32();
+        if (i & 1) u = (u & 0x807fffffu) | ((116u + xorshift32() % 21u) << 23); /* 2^-11 .. 2^9 */
+        memcpy(&x[n++], &u, 4);
+    }
+    return n;
+}
+
+static void test_fp8_encode(void **state) {
+    (void)state;
+    const int n_rand = 1 << 18;
+    float *x = xmalloc((size_t)(n_rand + 2048) * sizeof(float));
+    const int n = fp8_test_floats(x, n_rand);
+    for (int i = 0; i < n; i++) {
+        const uint8_t got = f32_to_fp8_e4m3(x[i]), want = fp8_ref_encode(x[i]);
+        if (got != want) fail_msg("encode %a (%.9g): got %#04x, want %#04x", x[i], x[i], got, want);
+    }
+    /* the rules, spelled out */
+    assert_int_equal(f32_to_fp8_e4m3(464.0f), 0x7e);            /* a tie at the top: 448 */
+    assert_int_equal(f32_to_fp8_e4m3(-1e9f), 0xfe);              /* saturated, not NaN */
+    assert_int_equal(f32_to_fp8_e4m3(INFINITY), 0x7e);
+    assert_int_equal(f32_to_fp8_e4m3(0x1p-10f), 0x00);           /* a tie to zero */
+    assert_int_equal(f32_to_fp8_e4m3(-0x1.000002p-10f), 0x81);   /* just above: the subnormal */
+    assert_int_equal(f32_to_fp8_e4m3(0x1.8p-9f), 0x02);          /* 1.5 subnormal ulps: even */
+    assert_int_equal(f32_to_fp8_e4m3(1.0625f), 0x38);            /* 1 + 1/16: a tie, even */
+    assert_int_equal(f32_to_fp8_e4m3(1.1875f), 0x3a);            /* 1 + 3/16: a tie, even */
+    assert_int_equal(f32_to_fp8_e4m3(-NAN), 0x7f);
+#ifdef CVLLM_HAVE_CUDA
+    /* CUDA's own (host) conversion, the device's software twin: the floats above, then every
+     * float of magnitude 2^-11 .. 2^9 whose low 6 mantissa bits are 0, 1 or 63 (every pattern
+     * of the high bits: each rounding boundary and the floats on both sides of it), both signs */
+    for (int i = 0; i < n; i++) {
+        const uint8_t got = f32_to_fp8_e4m3(x[i]);
+        const uint8_t want = __nv_cvt_float_to_fp8(x[i], __NV_SATFINITE, __NV_E4M3);
+        if (got != want) fail_msg("encode %a: got %#04x, CUDA %#04x", x[i], got, want);
+    }
+    int64_t checked = 0;
+    for (uint32_t e = 116; e <= 136; e++)
+        for (uint32_t hi = 0; hi < (1u << 17); hi++)
+            for (int k = 0; k < 6; k++) {
+                const uint32_t lo = k % 3 == 0 ? 0 : k % 3 == 1 ? 1 : 0x3f;
+                const uint32_t u = (uint32_t)(k / 3) << 31 | e << 23 | hi << 6 | lo;
+                float f;
+                memcpy(&f, &u, 4);
+                const uint8_t got = f32_to_fp8_e4m3(f);
+                const uint8_t want = __nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3);
+                if (got != want) fail_msg("encode %a: got %#04x, CUDA %#04x", f, got, want);
+                checked++;
+            }
+    for (int c = 0; c < 256; c++) {
+        const __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)c, __NV_E4M3);
+        const float want = f16_to_f32(h.x), got = fp8_e4m3_to_f32((uint8_t)c);
+        if (isnan(want) ? !isnan(got) : memcmp(&want, &got, 4) != 0)
+            fail_msg("decode %#04x: got %a, CUDA %a", c, got, want);
+    }
+    printf("    fp8: %d + %lld floats encoded as cuda_fp8.h's host conversion\n", n,
+           (long long)checked);
+#endif
+    free(x);
+}
+
 /* ---------------------------------------------------------------- paged attention */
 
 /* Naive attention over contiguous per-sequence K/V: kc[s][j][kvh][d]. */
@@ -428,9 +563,12 @@ static void naive_attention(const float *q, const float *kc, const float *vc, in
 }
 
 /* decode_only: one new token per sequence (few tasks: the kv heads get split across threads) */
-/* bf16: the cache holds bf16 (the reference then uses the same rounded values, so the tolerance
- * is unchanged) */
-static void check_attention_kv(CpuIsa isa, int H, int KVH, int d, int bs, int decode_only, int bf16) {
+/* kvdt: the cache's type; bf16 / fp8 e4m3 (scales k 0.75, v 1.25) caches hold values the
+ * reference reads rounded the same way (fp8: f32(code) * scale), so the tolerance is unchanged */
+static void check_attention_kv(CpuIsa isa, int H, int KVH, int d, int bs, int decode_only,
+                               DType kvdt) {
+    const int bf16 = kvdt == DTYPE_BF16, fp8 = kvdt == DTYPE_FP8_E4M3;
+    const float ks = 0.75f, vs = 1.25f;
     enum { S = 3 };
     const int ctx[S] = {1, 37, 70};
     int new_toks[S] = {1, 5, 70}; /* decode, chunk, full prefill */
@@ -461,6 +599,9 @@ static void check_attention_kv(CpuIsa isa, int H, int KVH, int d, int bs, int de
             for (int i = 0; i < kvd; i++) {
                 float k = frand(), v = frand();
                 if (bf16) k = bf16_to_f32(f32_to_bf16(k)), v = bf16_to_f32(f32_to_bf16(v));
+                if (fp8) /* the values an fp8 cache reads back */
+                    k = fp8_e4m3_to_f32(f32_to_fp8_e4m3(k / ks)) * ks,
+                    v = fp8_e4m3_to_f32(f32_to_fp8_e4m3(v / vs)) * vs;
                 kc[s][j * kvd + i] = kcache[slot * kvd + i] = k;
                 vc[s][j * kvd + i] = vcache[slot * kvd + i] = v;
             }
@@ -470,6 +611,9 @@ static void check_attention_kv(CpuIsa isa, int H, int KVH, int d, int bs, int de
     const size_t ncache = (size_t)num_blocks * bs * kvd;
     uint16_t *kb = xmalloc(ncache * sizeof(uint16_t)), *vb = xmalloc(ncache * sizeof(uint16_t));
     for (size_t i = 0; i < ncache; i++) kb[i] = f32_to_bf16(kcache[i]), vb[i] = f32_to_bf16(vcache[i]);
+    uint8_t *k8 = xmalloc(ncache), *v8 = xmalloc(ncache); /* exact: the values are codes * scale */
+    for (size_t i = 0; i < ncache; i++)
+        k8[i] = f32_to_fp8_e4m3(kcache[i] / ks), v8[i] = f32_to_fp8_e4m3(vcache[i] / vs);
     float *q = xmalloc((size_t)T * H * d * sizeof(float));
     for (int i = 0; i < T * H * d; i++) q[i] = 2.0f * frand();
     int32_t *pos = xmalloc(T * sizeof(int32_t)), *tseq = xmalloc(T * sizeof(int32_t));
@@ -483,8 +627,10 @@ static void check_attention_kv(CpuIsa isa, int H, int KVH, int d, int bs, int de
         ThreadPool *pool = threadpool_create(r + 1);
         float *scratch = xmalloc(2 * 1024 * sizeof(float)); /* threads x heads * context */
         out[r] = xmalloc((size_t)T * H * d * sizeof(float));
-        AttentionArgs a = {.q = q, .out = out[r], .k_cache = bf16 ? (void *)kb : kcache,
-                           .v_cache = bf16 ? (void *)vb : vcache, .kv_bf16 = bf16,
+        AttentionArgs a = {.q = q, .out = out[r],
+                           .k_cache = bf16 ? (void *)kb : fp8 ? (void *)k8 : kcache,
+                           .v_cache = bf16 ? (void *)vb : fp8 ? (void *)v8 : vcache,
+                           .kv_dtype = kvdt, .k_scale = ks, .v_scale = vs,
                            .num_tokens = T, .n_heads = H, .n_kv_heads = KVH, .head_dim = d,
                            .block_size = bs, .scale = 1.0f / sqrtf((float)d), .num_keys = pos,
                            .token_seq = tseq, .block_tables = tables, .max_blocks_per_seq = mbps,
@@ -507,10 +653,12 @@ static void check_attention_kv(CpuIsa isa, int H, int KVH, int d, int bs, int de
         }
     }
     if (worst > 2e-5)
-        fail_msg("%s attention H=%d KVH=%d d=%d bs=%d%s: worst rel error %.3g", cpu_isa_name(isa),
-                 H, KVH, d, bs, bf16 ? " bf16 cache" : "", worst);
+        fail_msg("%s attention H=%d KVH=%d d=%d bs=%d kv %s: worst rel error %.3g", cpu_isa_name(isa),
+                 H, KVH, d, bs, dtype_name(kvdt), worst);
     free(kb);
     free(vb);
+    free(k8);
+    free(v8);
     for (int s = 0; s < S; s++) free(kc[s]), free(vc[s]);
     free(kcache);
     free(vcache);
@@ -523,8 +671,9 @@ static void check_attention_kv(CpuIsa isa, int H, int KVH, int d, int bs, int de
 }
 
 static void check_attention(CpuIsa isa, int H, int KVH, int d, int bs, int decode_only) {
-    check_attention_kv(isa, H, KVH, d, bs, decode_only, 0);
-    check_attention_kv(isa, H, KVH, d, bs, decode_only, 1);
+    check_attention_kv(isa, H, KVH, d, bs, decode_only, DTYPE_F32);
+    check_attention_kv(isa, H, KVH, d, bs, decode_only, DTYPE_BF16);
+    check_attention_kv(isa, H, KVH, d, bs, decode_only, DTYPE_FP8_E4M3);
 }
 
 static void test_paged_attention(void **state) {
@@ -552,6 +701,8 @@ int main(void) {
         cmocka_unit_test(test_silu_mul),
         cmocka_unit_test(test_exp_silu_avx2),
         cmocka_unit_test(test_paged_attention),
+        cmocka_unit_test(test_fp8_decode),
+        cmocka_unit_test(test_fp8_encode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

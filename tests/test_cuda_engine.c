@@ -18,7 +18,11 @@
  *  - a seeded sampled request (temperature 0.8, top-p 0.9, top-k 40) gives the CPU's ids until
  *    the logits part (printed: how many tokens agree);
  *  - bad input: a prompt longer than the KV cache is refused with a message, and a GPU memory
- *    budget too small for one KV block fails at create with a message. */
+ *    budget too small for one KV block fails at create with a message;
+ *  - an fp8 KV cache (--kv-cache-dtype fp8) on the golden prompts: greedy agreement with a bf16
+ *    cache printed (tokens before the first parting, prompts identical; not required: e4m3 keeps
+ *    3 mantissa bits), and the CUDA fp8 engine against the CPU's fp8 engine (the twin, reading
+ *    the same quantized cache): first logits within 2 * GPU_RTOL_HALF, partings printed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -422,6 +426,57 @@ static void test_presets(void **state) {
     }
 }
 
+static void check_fp8(const char *model, const char *reference) {
+    Reference ref;
+    assert_int_equal(load_reference(reference, &ref), 0);
+    const RunCfg cb = {.device = CVLLM_DEVICE_CUDA, .kv_dtype = CVLLM_KV_DTYPE_BF16},
+                 c8 = {.device = CVLLM_DEVICE_CUDA, .kv_dtype = CVLLM_KV_DTYPE_FP8},
+                 cpu8 = {.device = CVLLM_DEVICE_CPU, .kv_dtype = CVLLM_KV_DTYPE_FP8};
+    Run b16, f8, cf8;
+    assert_int_equal(run_engine(model, &ref, &cb, &b16), 0);
+    assert_int_equal(run_engine(model, &ref, &c8, &f8), 0);
+    assert_int_equal(run_engine(model, &ref, &cpu8, &cf8), 0);
+    int agree = 0, same = 0, bad = 0;
+    for (int i = 0; i < ref.n; i++) {
+        const double e_b16 = rel_err(f8.first[i], b16.first[i], ref.vocab);
+        const double e_cpu = rel_err(f8.first[i], cf8.first[i], ref.vocab);
+        const int k = first_diff(&f8, &b16, i, ref.max_new);
+        agree += k < 0 ? ref.max_new : k;
+        same += k < 0;
+        printf("    %s fp8 prompt %d: first logits vs bf16 cache %.2e, vs CPU fp8 %.2e; greedy vs "
+               "bf16 cache: %s",
+               model, i, e_b16, e_cpu, k < 0 ? "identical\n" : "parts");
+        if (k >= 0)
+            printf(" at token %d (bf16-cache margin there %.2e)\n", k,
+                   k < MAX_STEPS ? b16.margin[i][k] : 0);
+        if (!(e_cpu <= 2 * GPU_RTOL_HALF)) {
+            printf("    FAIL: fp8 logits beyond %.0e of the CPU fp8 engine's\n", 2 * GPU_RTOL_HALF);
+            bad++;
+        }
+    }
+    printf("    %s fp8 KV cache vs bf16 KV cache: %d of %d greedy tokens agree before the first "
+           "parting, %d of %d prompts identical\n",
+           model, agree, ref.n * ref.max_new, same, ref.n);
+    check_same("cuda fp8 vs cpu fp8", model, &f8, &cf8, ref.max_new, 2 * GPU_RTOL_HALF);
+    run_free(&b16), run_free(&f8), run_free(&cf8);
+    free_reference(&ref);
+    assert_int_equal(bad, 0);
+}
+
+static void test_fp8_kv_cache(void **state) {
+    (void)state;
+    glob_t g;
+    assert_int_equal(glob("tests/fixtures/golden/*/reference.json", 0, NULL, &g), 0);
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        char dir[512];
+        snprintf(dir, sizeof dir, "%s", g.gl_pathv[i]);
+        *strrchr(dir, '/') = '\0';
+        check_fp8(dir, g.gl_pathv[i]);
+    }
+    globfree(&g);
+    check_fp8("models/cvllm-tiny-py", "tests/fixtures/trained/reference.json");
+}
+
 static void test_bad_input(void **state) {
     (void)state;
     CvllmEngineOptions o;
@@ -584,6 +639,7 @@ int main(void) {
         cmocka_unit_test(test_trained_model),
         cmocka_unit_test(test_presets),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_fp8_kv_cache),
         cmocka_unit_test(test_tensor_parallel),
     };
     /* CVLLM_TEST_FILTER=test_presets (a cmocka pattern): one test, for compute-sanitizer runs */

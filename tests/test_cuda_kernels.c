@@ -9,6 +9,10 @@
  *   bf16/f16-input products vs the same inputs widened on the CPU: 1e-4 (only the sum's order
  *   differs); outputs rounded to bf16: 8e-3 (half a bf16 ulp is 2^-9 = 2e-3 of the value, plus
  *   the rounding of values at the edge); f16 outputs 1e-3.
+ * An fp8 e4m3 KV cache (3 mantissa bits) is compared without that loss: the stores bit for bit
+ * against f32_to_fp8_e4m3(x / scale), the conversions of every code and of ties, subnormals and
+ * overflow bit for bit against common.c's, and attention against the CPU twin reading the same
+ * quantized cache with the same scales (so at the f32 / bf16 / f16 tolerances above).
  * The sampler is compared draw for draw with a slow sort-based sampler written here from
  * backend.h's semantics (same Philox uniforms): greedy ids and log-probs must match; sampled ids
  * may differ only where the uniform falls within rounding of a boundary (counted, at most 1%),
@@ -68,6 +72,7 @@ static int irand(int n) {
 static float round_to(DType dt, float v) {
     if (dt == DTYPE_BF16) return bf16_to_f32(f32_to_bf16(v));
     if (dt == DTYPE_F16) return f16_to_f32(f32_to_f16(v));
+    if (dt == DTYPE_FP8_E4M3) return fp8_e4m3_to_f32(f32_to_fp8_e4m3(v));
     return v;
 }
 static void *pack(DType dt, const float *x, int64_t n) { /* host array of dt */
@@ -77,6 +82,8 @@ static void *pack(DType dt, const float *x, int64_t n) { /* host array of dt */
             ((uint16_t *)p)[i] = f32_to_bf16(x[i]);
         else if (dt == DTYPE_F16)
             ((uint16_t *)p)[i] = f32_to_f16(x[i]);
+        else if (dt == DTYPE_FP8_E4M3)
+            ((uint8_t *)p)[i] = f32_to_fp8_e4m3(x[i]);
         else
             ((float *)p)[i] = x[i];
     }
@@ -124,6 +131,8 @@ static double tol_for(DType dt, double f32_tol) {
     return dt == DTYPE_BF16 ? 8e-3 : dt == DTYPE_F16 ? 1e-3 : f32_tol;
 }
 static const DType DTYPES[3] = {DTYPE_BF16, DTYPE_F16, DTYPE_F32};
+/* the KV cache's: DTYPES and fp8 e4m3 */
+static const DType KV_DTYPES[4] = {DTYPE_BF16, DTYPE_F16, DTYPE_F32, DTYPE_FP8_E4M3};
 
 /* ---------------------------------------------------------------- small ops */
 
@@ -280,7 +289,9 @@ static void test_qk_norm_rope(void **state) {
             dev_download(got, d, n * sizeof(float));
             compare("qk_norm_rope", got, ref, n, 1e-4);
             { /* the fused launch of the step: the same rows, and k / v stored at the slots */
-                const DType kdt = DTYPES[(hi + norm) % 3];
+                const DType kdt = KV_DTYPES[(hi + norm) % 4];
+                const int fp8 = kdt == DTYPE_FP8_E4M3;
+                const float ks = fp8 ? 0.5f : 1.0f, vs = fp8 ? 1.5f : 1.0f;
                 const int kvd = nkv * hd, nslots = 2 * T;
                 int64_t slot[T];
                 for (int t = 0; t < T; t++)
@@ -290,7 +301,8 @@ static void test_qk_norm_rope(void **state) {
                 const size_t cb = (size_t)nslots * kvd * dtype_size(kdt);
                 void *kc = dev_poisoned(cb), *vc = dev_poisoned(cb);
                 OK(qk_norm_rope_store_cuda(d2, ld, dpos, dinv, norm ? dqn : NULL, norm ? dkn : NULL,
-                                           T, nh, nkv, hd, 1e-6f, kc, vc, kdt, dslot, g_stream));
+                                           T, nh, nkv, hd, 1e-6f, kc, vc, kdt, ks, vs, dslot,
+                                           g_stream));
                 float *got2 = xmalloc(n * sizeof(float));
                 dev_download(got2, d2, n * sizeof(float));
                 compare("qk_norm_rope_store rows", got2, ref, n, 1e-4);
@@ -311,10 +323,21 @@ static void test_qk_norm_rope(void **state) {
                     for (int i = 0; i < kvd; i++) {
                         wk[m + i] = round_to(kdt, ref[t * ld + (int64_t)nh * hd + i]);
                         wk[m + kvd + i] = round_to(kdt, ref[t * ld + (int64_t)(nh + nkv) * hd + i]);
+                        if (fp8) { /* the device's own k row (1e-4 from ref's) quantized: exact */
+                            const float k = got2[t * ld + (int64_t)nh * hd + i],
+                                        v = got2[t * ld + (int64_t)(nh + nkv) * hd + i];
+                            gk[m + i] = (float)((uint8_t *)kh)[slot[t] * kvd + i];
+                            gk[m + kvd + i] = (float)((uint8_t *)vh)[slot[t] * kvd + i];
+                            wk[m + i] = (float)f32_to_fp8_e4m3(k / ks);
+                            wk[m + kvd + i] = (float)f32_to_fp8_e4m3(v / vs);
+                        }
                     }
                     m += 2 * kvd;
                 }
-                compare("qk_norm_rope_store cache", gk, wk, m, tol_for(kdt, 1e-4));
+                if (fp8) /* codes, exactly */
+                    compare("qk_norm_rope_store fp8 cache codes", gk, wk, m, 0.0);
+                else
+                    compare("qk_norm_rope_store cache", gk, wk, m, tol_for(kdt, 1e-4));
                 cudaFree(d2), cudaFree(dslot), cudaFree(kc), cudaFree(vc);
                 free(got2), free(kh), free(vh), free(kf), free(vf), free(gk), free(wk);
             }
@@ -323,15 +346,19 @@ static void test_qk_norm_rope(void **state) {
         }
 }
 
+/* Every cache type; fp8 with scales k 0.75, v 2 (and 1, vLLM's default) over values up to 400
+ * (so that x / 0.75 saturates at 448) down to subnormals, checked code for code. */
 static void test_store_kvcache(void **state) {
     (void)state;
-    for (int di = 0; di < 3; di++) {
-        const DType dt = DTYPES[di];
+    for (int di = 0; di < 5; di++) {
+        const DType dt = KV_DTYPES[di < 4 ? di : 3];
+        const int fp8 = dt == DTYPE_FP8_E4M3;
+        const float ks = di == 3 ? 0.75f : 1.0f, vs = di == 3 ? 2.0f : 1.0f;
         const int T = 41, kvd = 2 * 64, slots = 97;
         const int64_t ld = 3 * kvd;
         float *kv = xmalloc((size_t)T * ld * sizeof(float));
-        for (int64_t i = 0; i < T * ld; i++)
-            kv[i] = frand();
+        for (int64_t i = 0; i < T * ld; i++) /* fp8: magnitudes 400 .. 1e-4 */
+            kv[i] = fp8 ? 400.0f * frand() * powf(10.0f, -6.5f * (i % 7) / 6.0f) : frand();
         int64_t slot[T];
         for (int t = 0; t < T; t++)
             slot[t] = t % 3 == 0 ? -1 : (t * 7) % slots; /* distinct */
@@ -339,22 +366,36 @@ static void test_store_kvcache(void **state) {
         int64_t *dslot = dev_upload(slot, sizeof slot);
         const size_t cb = (size_t)slots * kvd * dtype_size(dt);
         void *kc = dev_poisoned(cb), *vc = dev_poisoned(cb);
-        OK(store_kvcache_cuda(dkv + kvd, dkv + 2 * kvd, ld, kc, vc, dt, dslot, T, kvd, g_stream));
+        OK(store_kvcache_cuda(dkv + kvd, dkv + 2 * kvd, ld, kc, vc, dt, ks, vs, dslot, T, kvd,
+                              g_stream));
         void *hk = xmalloc(cb), *hv = xmalloc(cb);
         dev_download(hk, kc, cb);
         dev_download(hv, vc, cb);
         float *fk = xmalloc((size_t)slots * kvd * 4), *fv = xmalloc((size_t)slots * kvd * 4);
         unpack(dt, hk, fk, (int64_t)slots * kvd);
         unpack(dt, hv, fv, (int64_t)slots * kvd);
-        int written[97] = {0};
+        int written[97] = {0}, saturated = 0;
         for (int t = 0; t < T; t++) {
             if (slot[t] < 0) continue;
             written[slot[t]] = 1;
             for (int i = 0; i < kvd; i++) {
-                assert_true(fk[slot[t] * kvd + i] == round_to(dt, kv[t * ld + kvd + i]));
-                assert_true(fv[slot[t] * kvd + i] == round_to(dt, kv[t * ld + 2 * kvd + i]));
+                const float k = kv[t * ld + kvd + i], v = kv[t * ld + 2 * kvd + i];
+                if (fp8) { /* the stored code: e4m3(x / scale) */
+                    const uint8_t gk = ((uint8_t *)hk)[slot[t] * kvd + i],
+                                  gv = ((uint8_t *)hv)[slot[t] * kvd + i];
+                    if (gk != f32_to_fp8_e4m3(k / ks) || gv != f32_to_fp8_e4m3(v / vs))
+                        fail_msg("fp8 store (scales %g, %g): k %.9g -> %#04x (want %#04x), v %.9g "
+                                 "-> %#04x (want %#04x)",
+                                 ks, vs, k, gk, f32_to_fp8_e4m3(k / ks), v, gv,
+                                 f32_to_fp8_e4m3(v / vs));
+                    saturated += (gk & 0x7f) == 0x7e;
+                } else {
+                    assert_true(fk[slot[t] * kvd + i] == round_to(dt, k));
+                    assert_true(fv[slot[t] * kvd + i] == round_to(dt, v));
+                }
             }
         }
+        if (di == 3) assert_true(saturated > 0); /* the range was exercised */
         for (int s = 0; s < slots; s++) /* a slot of -1 writes nothing: the poison is intact */
             if (!written[s])
                 for (int i = 0; i < kvd; i++)
@@ -362,6 +403,72 @@ static void test_store_kvcache(void **state) {
         cudaFree(dkv), cudaFree(dslot), cudaFree(kc), cudaFree(vc);
         free(kv), free(hk), free(hv), free(fk), free(fv);
     }
+    /* an fp8 store refuses a scale that is not positive */
+    assert_true(store_kvcache_cuda(NULL, NULL, 0, NULL, NULL, DTYPE_FP8_E4M3, 0.0f, 1.0f, NULL, 1,
+                                   1, g_stream) == CVLLM_EINVAL);
+}
+
+/* The fp8 conversions: every code decoded as fp8_e4m3_to_f32 does, and the encoding of special
+ * values, every midpoint between neighbouring codes and the floats next to it, and random floats
+ * of every exponent, code for code as f32_to_fp8_e4m3 (a NaN may come back as either NaN code). */
+static void test_fp8_conversions(void **state) {
+    (void)state;
+    uint8_t codes[256];
+    for (int i = 0; i < 256; i++)
+        codes[i] = (uint8_t)i;
+    float dec[256];
+    void *dc = dev_upload(codes, 256);
+    float *dd = dev_poisoned(256 * sizeof(float));
+    OK(convert_to_f32_cuda(dd, dc, DTYPE_FP8_E4M3, 256, g_stream));
+    dev_download(dec, dd, sizeof dec);
+    for (int i = 0; i < 256; i++) {
+        const float want = fp8_e4m3_to_f32((uint8_t)i);
+        if (isnan(want) ? !isnan(dec[i]) : memcmp(&dec[i], &want, 4) != 0)
+            fail_msg("decode %#04x: got %a, want %a", i, dec[i], want);
+    }
+    cudaFree(dc), cudaFree(dd);
+
+    const int n_rand = 1 << 20;
+    float *x = xmalloc((size_t)(n_rand + 4096) * sizeof(float));
+    int n = 0;
+    const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 448.0f, -448.0f,
+                              464.0f, -464.0f, 465.0f, 480.0f, 1e30f, -3.4e38f, 0x1p-10f,
+                              -0x1p-10f, 0x1p-9f, 0x1.8p-9f, 0x1p-6f, 0x1.cp-7f, 1e-30f, 1e-45f};
+    for (size_t i = 0; i < sizeof specials / sizeof *specials; i++)
+        x[n++] = specials[i];
+    for (int c = 0; c < 126; c++) { /* positive codes 0 .. 0x7e: the midpoints to the next */
+        const float a = fp8_e4m3_to_f32((uint8_t)c), b = fp8_e4m3_to_f32((uint8_t)(c + 1));
+        const float mid = (a + b) / 2; /* exact in f32 */
+        const float near[5] = {mid, nextafterf(mid, 0.0f), nextafterf(mid, INFINITY), a, b};
+        for (int k = 0; k < 5; k++)
+            x[n++] = near[k], x[n++] = -near[k];
+    }
+    for (int i = 0; i < n_rand; i++) { /* random bits: every exponent, NaNs included */
+        g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+        uint32_t u = (uint32_t)(g_rng >> 32);
+        if (i & 1) /* half of them in e4m3's range: 2^-11 .. 2^9 */
+            u = (u & 0x807fffffu) | ((uint32_t)(116 + (g_rng & 0xffff) % 21) << 23);
+        memcpy(&x[n++], &u, 4);
+    }
+    uint8_t *got = xmalloc(n);
+    float *dx = dev_upload(x, (size_t)n * sizeof(float));
+    void *dg = dev_poisoned(n);
+    OK(convert_f32_cuda(dg, DTYPE_FP8_E4M3, dx, n, g_stream));
+    dev_download(got, dg, n);
+    int nan_sign = 0;
+    for (int i = 0; i < n; i++) {
+        const uint8_t want = f32_to_fp8_e4m3(x[i]);
+        if (isnan(x[i])) {
+            if ((got[i] & 0x7f) != 0x7f) fail_msg("encode NaN: got %#04x", got[i]);
+            nan_sign += got[i] != want;
+        } else if (got[i] != want) {
+            fail_msg("encode %a (%.9g): got %#04x, want %#04x", x[i], x[i], got[i], want);
+        }
+    }
+    printf("    fp8 e4m3: 256 codes decoded, %d floats encoded as the CPU's%s\n", n,
+           nan_sign ? " (a NaN's sign kept by the device: 0xff)" : "");
+    cudaFree(dx), cudaFree(dg);
+    free(x), free(got);
 }
 
 static void test_silu_mul_gather_bias(void **state) {
@@ -468,6 +575,7 @@ typedef struct {
     int ctx[8], qlen[8]; /* per sequence: keys, new tokens (the last qlen of the keys) */
     int decode;          /* qlen all 1: also through the decode kernel */
     int parts;           /* decode: forced partition count, 0 = the launcher's choice */
+    float k_scale, v_scale; /* fp8 cache: its scales (0: 1.0) */
 } AttnCase;
 
 static void run_attention_case(const AttnCase *c) {
@@ -518,14 +626,18 @@ static void run_attention_case(const AttnCase *c) {
             tseq[cu[s] + i] = s;
         }
     }
-    /* CPU reference */
+    /* CPU reference (an fp8 cache: the twin reads the same codes with the same scales) */
+    const int fp8 = c->kvdt == DTYPE_FP8_E4M3;
+    const float ks = c->k_scale > 0 ? c->k_scale : 1.0f, vs = c->v_scale > 0 ? c->v_scale : 1.0f;
     float *ref = xmalloc((size_t)T * nh * hd * 4);
     float *scratch = xmalloc((size_t)threadpool_size(g_pool) * nh * (maxk + 1) * 4);
     AttentionArgs aa = {.q = qc,
                         .out = ref,
-                        .k_cache = kf,
-                        .v_cache = vf,
-                        .kv_bf16 = 0,
+                        .k_cache = fp8 ? kh : (void *)kf,
+                        .v_cache = fp8 ? vh : (void *)vf,
+                        .kv_dtype = fp8 ? DTYPE_FP8_E4M3 : DTYPE_F32,
+                        .k_scale = ks,
+                        .v_scale = vs,
                         .num_tokens = T,
                         .n_heads = nh,
                         .n_kv_heads = nkv,
@@ -555,6 +667,8 @@ static void run_attention_case(const AttnCase *c) {
                          .k_cache = dk,
                          .v_cache = dv,
                          .kvdt = c->kvdt,
+                         .k_scale = ks,
+                         .v_scale = vs,
                          .n_heads = nh,
                          .n_kv_heads = nkv,
                          .hd = hd,
@@ -585,14 +699,16 @@ static void run_attention_case(const AttnCase *c) {
         dev_download(oh, p.out, ob);
         unpack(c->adt, oh, got, (int64_t)T * nh * hd);
         snprintf(what, sizeof what,
-                 "%s attention hd %d heads %d/%d bs %d kv %s out %s seqs %d ctx0 %d q0 %d",
-                 kind ? "decode" : "prefill", hd, nh, nkv, bs, dtype_name(c->kvdt),
+                 "%s attention hd %d heads %d/%d bs %d kv %s (scales %g %g) out %s seqs %d ctx0 %d "
+                 "q0 %d",
+                 kind ? "decode" : "prefill", hd, nh, nkv, bs, dtype_name(c->kvdt), ks, vs,
                  dtype_name(c->adt), S, c->ctx[0], c->qlen[0]);
         double tol = tol_for(c->adt, 2e-5);
-        /* the tensor-core prefill rounds q and the softmax weights to the cache's 16-bit type */
+        /* the tensor-core prefill rounds q and the softmax weights to the cache's 16-bit type
+         * (fp8: to the model's, adt, and the dequantized keys and values too) */
         const int tc = kind == 0 && attention_prefill_uses_tc(&p);
         if (tc) {
-            const double t16 = c->kvdt == DTYPE_BF16 ? 2e-2 : 4e-3;
+            const double t16 = (fp8 ? c->adt : c->kvdt) == DTYPE_BF16 ? 2e-2 : 4e-3;
             if (tol < t16) tol = t16;
             strncat(what, " (tensor cores)", sizeof what - strlen(what) - 1);
         }
@@ -625,6 +741,23 @@ static void test_attention_prefill(void **state) {
                           .qlen = {33, 1, 37, 64}};
             run_attention_case(&c);
         }
+    /* an fp8 cache: every head_dim, GQA shape and output type (bf16 / f16 out at head_dim 64 and
+     * 128: the tensor-core kernel; f32 out: the SIMT kernel), scales 1 and not */
+    for (int hi = 0; hi < 5; hi++)
+        for (int di = 0; di < 7; di++) {
+            AttnCase c = {.n_heads = heads[hi][0],
+                          .n_kv_heads = heads[hi][1],
+                          .hd = hds[di],
+                          .block_size = bss[(hi + di + 3) % 7],
+                          .kvdt = DTYPE_FP8_E4M3,
+                          .adt = DTYPES[(hi + di) % 3],
+                          .num_seqs = 4,
+                          .ctx = {33, 1, 100, 257},
+                          .qlen = {33, 1, 37, 64},
+                          .k_scale = di % 2 ? 0.75f : 1.0f,
+                          .v_scale = di % 2 ? 1.25f : 1.0f};
+            run_attention_case(&c);
+        }
     /* every block size the engine allows (16..256), with f32 out so the tolerance is tight */
     for (int bs = 16; bs <= 256; bs *= 2) {
         AttnCase c = {.n_heads = 8,
@@ -649,6 +782,8 @@ static void test_attention_prefill(void **state) {
                     .num_seqs = 2,
                     .ctx = {8300, 513},
                     .qlen = {300, 513}};
+    run_attention_case(&big);
+    big.kvdt = DTYPE_FP8_E4M3, big.adt = DTYPE_BF16; /* the tensor-core kernel over fp8 */
     run_attention_case(&big);
 }
 
@@ -675,6 +810,25 @@ static void test_attention_decode(void **state) {
                           .parts = parts[(hi + di) % 4]};
             run_attention_case(&c);
         }
+    /* an fp8 cache: every GQA shape and head_dim, split and not, scales 1 and not */
+    for (int hi = 0; hi < 6; hi++)
+        for (int di = 0; di < 7; di++) {
+            if (small_run() > 1 && di != 3) continue;
+            AttnCase c = {.n_heads = heads[hi][0],
+                          .n_kv_heads = heads[hi][1],
+                          .hd = hds[di],
+                          .block_size = bss[(hi + di + 2) % 7],
+                          .kvdt = DTYPE_FP8_E4M3,
+                          .adt = hi % 3 == 2 ? DTYPE_BF16 : DTYPE_F32,
+                          .num_seqs = 5,
+                          .ctx = {1, 17, 300, 1000, 33},
+                          .qlen = {1, 1, 1, 1, 1},
+                          .decode = 1,
+                          .parts = parts[(hi + di + 1) % 4],
+                          .k_scale = hi % 2 ? 0.75f : 1.0f,
+                          .v_scale = hi % 2 ? 1.25f : 1.0f};
+            run_attention_case(&c);
+        }
     /* contexts past 8k, split and not, every block size */
     if (small_run()) return;
     for (int bs = 16; bs <= 256; bs *= 2)
@@ -690,6 +844,8 @@ static void test_attention_decode(void **state) {
                           .qlen = {1, 1, 1},
                           .decode = 1,
                           .parts = pi == 0 ? 1 : 0};
+            run_attention_case(&c);
+            c.kvdt = DTYPE_FP8_E4M3;
             run_attention_case(&c);
         }
 }
@@ -1042,6 +1198,7 @@ int main(void) {
         cmocka_unit_test(test_residual_rmsnorm),
         cmocka_unit_test(test_qk_norm_rope),
         cmocka_unit_test(test_store_kvcache),
+        cmocka_unit_test(test_fp8_conversions),
         cmocka_unit_test(test_silu_mul_gather_bias),
         cmocka_unit_test(test_gemm),
         cmocka_unit_test(test_attention_prefill),

@@ -19,7 +19,8 @@ const char CLI_ENGINE_OPTIONS_HELP[] =
     "  --max-num-batched-tokens N     tokens per step; longer prompts are chunked (default 16384)\n"
     "  --block-size N                 tokens per KV block: 16, 32, 64, 128 or 256 (default 16)\n"
     "  --kv-cache-memory BYTES        KV cache budget, e.g. 2G, 512M (CPU default 2G)\n"
-    "  --kv-cache-dtype auto|float32|bfloat16  KV cache elements (auto: float32 on the CPU)\n"
+    "  --kv-cache-dtype auto|float32|bfloat16|fp8  KV cache elements (auto: float32 on the CPU;\n"
+    "                                 fp8 = fp8_e4m3, scales 1.0)\n"
     "  --gpu-memory-utilization F     GPU: fraction of device memory (default 0.9)\n"
     "  --enforce-eager                GPU: no CUDA graphs\n"
     "  --tensor-parallel-size N, -tp N  GPU: split the model over N GPUs, one process each (default 1)\n"
@@ -93,7 +94,8 @@ int cli_parse_engine_option(int argc, char **argv, int *i, CvllmEngineOptions *o
         if (!strcmp(v, "auto")) o->kv_cache_dtype = CVLLM_KV_DTYPE_AUTO;
         else if (!strcmp(v, "float32") || !strcmp(v, "f32")) o->kv_cache_dtype = CVLLM_KV_DTYPE_F32;
         else if (!strcmp(v, "bfloat16") || !strcmp(v, "bf16")) o->kv_cache_dtype = CVLLM_KV_DTYPE_BF16;
-        else { fprintf(stderr, "cvllm: --kv-cache-dtype: expected auto, float32 or bfloat16, got '%s'\n", v); return -1; }
+        else if (!strcmp(v, "fp8") || !strcmp(v, "fp8_e4m3")) o->kv_cache_dtype = CVLLM_KV_DTYPE_FP8;
+        else { fprintf(stderr, "cvllm: --kv-cache-dtype: expected auto, float32, bfloat16 or fp8, got '%s'\n", v); return -1; }
         return 1;
     }
     if (!strcmp(a, "--gpu-memory-utilization")) {

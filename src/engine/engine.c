@@ -213,6 +213,7 @@ int cvllm_engine_create(const char *model_dir, const CvllmEngineOptions *opts, C
     switch (o.kv_cache_dtype) {
     case CVLLM_KV_DTYPE_F32: spec.dtype = DTYPE_F32; break;
     case CVLLM_KV_DTYPE_BF16: spec.dtype = DTYPE_BF16; break;
+    case CVLLM_KV_DTYPE_FP8: spec.dtype = DTYPE_FP8_E4M3; break;
     default: spec.dtype = e->backend->kv_default_dtype(e->backend);
     }
     int64_t bytes_per_block = e->backend->kv_block_bytes(e->backend, bs, spec.dtype);

@@ -26,6 +26,7 @@ const char *dtype_name(DType t) {
     case DTYPE_F32: return "f32";
     case DTYPE_F16: return "f16";
     case DTYPE_BF16: return "bf16";
+    case DTYPE_FP8_E4M3: return "fp8_e4m3";
     }
     return "?";
 }
@@ -35,6 +36,7 @@ size_t dtype_size(DType t) {
     case DTYPE_F32: return 4;
     case DTYPE_F16: return 2;
     case DTYPE_BF16: return 2;
+    case DTYPE_FP8_E4M3: return 1;
     }
     return 0;
 }

@@ -8,7 +8,9 @@
 #include <stdint.h>
 
 typedef enum { ARCH_QWEN3 = 0, ARCH_QWEN2, ARCH_LLAMA } ModelArch;
-typedef enum { DTYPE_F32 = 0, DTYPE_F16, DTYPE_BF16 } DType;
+/* DTYPE_FP8_E4M3: KV cache elements only (--kv-cache-dtype fp8), never weights: safetensors
+ * and config.json accept f32 / f16 / bf16 alone. */
+typedef enum { DTYPE_F32 = 0, DTYPE_F16, DTYPE_BF16, DTYPE_FP8_E4M3 } DType;
 typedef enum { ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_LLAMA3 } RopeType;
 
 #define CONFIG_MAX_EOS 8
@@ -47,7 +49,7 @@ int config_load(const char *model_dir, ModelConfig *cfg);
 /* Parses config.json text (for tests and fuzzing); generation config optional (NULL). */
 int config_parse(const char *config_json, const char *generation_json, ModelConfig *cfg);
 
-const char *dtype_name(DType t); /* "f32", "f16", "bf16" */
+const char *dtype_name(DType t); /* "f32", "f16", "bf16", "fp8_e4m3" */
 size_t dtype_size(DType t);      /* bytes per element */
 
 #endif

@@ -436,6 +436,7 @@ static const char *st_dtype_str(DType t) {
     case DTYPE_F32: return "F32";
     case DTYPE_F16: return "F16";
     case DTYPE_BF16: return "BF16";
+    case DTYPE_FP8_E4M3: break; /* a KV cache type, never written as a weight */
     }
     return "?";
 }
@@ -448,6 +449,7 @@ int safetensors_writer_begin(const char *path, const StTensor *specs, int n, StW
     for (int i = 0; i < n; i++) {
         const StTensor *t = &specs[i];
         CHECK(t->ndim >= 0 && t->ndim <= ST_MAX_DIMS, "tensor %s: ndim %d", t->name, t->ndim);
+        CHECK(t->dtype != DTYPE_FP8_E4M3, "tensor %s: dtype %s", t->name, dtype_name(t->dtype));
         uint64_t nb = dtype_size(t->dtype);
         json_t *shape = json_array();
         for (int d = 0; d < t->ndim; d++) {

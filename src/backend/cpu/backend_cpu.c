@@ -36,6 +36,8 @@
 #include "common.h"
 
 #define CPU_TOKEN_SLICE 256 /* tokens per slice of a step (CVLLM_CPU_TOKEN_SLICE overrides) */
+/* An fp8 cache's per-tensor k and v scale: vLLM's default without calibrated scales */
+#define CPU_KV_SCALE 1.0f
 
 typedef struct {
     float *in_norm, *post_norm; /* [hidden] */
@@ -87,8 +89,9 @@ typedef struct {
     float *scores;         /* [nth, heads * max_model_len] attention scratch */
 
     void *kv;              /* owned (mmap): [2, layers, num_blocks, block_size, kv_heads, head_dim]
-                            * of f32, or of bf16 with kv_bf16 (--kv-cache-dtype bfloat16) */
-    int kv_bf16;
+                            * of kv_dtype: f32, bf16 (--kv-cache-dtype bfloat16) or fp8 e4m3
+                            * (--kv-cache-dtype fp8: stored = e4m3(x / 1.0), vLLM's scales) */
+    DType kv_dtype;
     size_t kv_floats, kv_map_bytes; /* kv_floats: elements */
     int num_blocks, block_size;
 } CpuBackend;
@@ -321,7 +324,7 @@ static void cpu_destroy(Backend *b) {
 
 float *backend_cpu_kv_cache(Backend *b, size_t *num_floats) {
     CpuBackend *c = b->ctx;
-    if (c->kv_bf16) return NULL;
+    if (c->kv_dtype != DTYPE_F32) return NULL;
     if (num_floats) *num_floats = c->kv_floats;
     return c->kv;
 }
@@ -367,8 +370,9 @@ static void prefault_job(void *ctx, int64_t task, int thread) {
 static int cpu_init_kv_cache(Backend *b, const KVCacheSpec *spec) {
     CpuBackend *c = b->ctx;
     if (c->kv) return cvllm_errorf(CVLLM_EINVAL, "cpu backend: KV cache already allocated");
-    if (spec->dtype != DTYPE_F32 && spec->dtype != DTYPE_BF16)
-        return cvllm_errorf(CVLLM_EUNSUPPORTED, "cpu backend: KV cache dtype must be f32 or bf16");
+    if (spec->dtype != DTYPE_F32 && spec->dtype != DTYPE_BF16 && spec->dtype != DTYPE_FP8_E4M3)
+        return cvllm_errorf(CVLLM_EUNSUPPORTED,
+                            "cpu backend: KV cache dtype must be f32, bf16 or fp8_e4m3");
     if (spec->num_blocks <= 0 || spec->block_size <= 0)
         return cvllm_errorf(CVLLM_EINVAL, "cpu backend: KV cache of %d blocks of %d tokens",
                             spec->num_blocks, spec->block_size);
@@ -377,7 +381,7 @@ static int cpu_init_kv_cache(Backend *b, const KVCacheSpec *spec) {
     /* zeroed, in 2 MB huge pages where the kernel allows (THP "madvise" mode): attention reads
      * slot rows a page apart (one f32 row of Qwen3-0.6B is 4 KB), and with 4 KB pages every row
      * is a TLB miss and a first touch is a fault per 4 KB */
-    const size_t esize = spec->dtype == DTYPE_BF16 ? sizeof(uint16_t) : sizeof(float);
+    const size_t esize = dtype_size(spec->dtype);
     size_t bytes = 0;
     void *p = cpu_alloc_huge(n * esize, &bytes);
     if (!p)
@@ -386,7 +390,7 @@ static int cpu_init_kv_cache(Backend *b, const KVCacheSpec *spec) {
     if (spec->prefault) /* every thread zeroes its share, 2 MB at a time (bytes: a multiple) */
         threadpool_run(c->pool, prefault_job, p, (int64_t)(bytes >> 21));
     c->kv = p;
-    c->kv_bf16 = spec->dtype == DTYPE_BF16;
+    c->kv_dtype = spec->dtype;
     c->kv_map_bytes = bytes;
     c->kv_floats = n;
     c->num_blocks = spec->num_blocks;
@@ -472,9 +476,13 @@ static void qk_rope_store_job(void *ctx, int64_t t, int thread) {
     const int64_t slot = j->slots[t];
     if (slot < 0) return;
     const float *vt = c->v + t * c->kv_dim;
-    if (c->kv_bf16) { /* rounded to nearest even, as torch's .to(bfloat16) */
+    if (c->kv_dtype == DTYPE_BF16) { /* rounded to nearest even, as torch's .to(bfloat16) */
         uint16_t *kd = (uint16_t *)j->kc + slot * c->kv_dim, *vd = (uint16_t *)j->vc + slot * c->kv_dim;
         for (int i = 0; i < c->kv_dim; i++) kd[i] = f32_to_bf16(k[i]), vd[i] = f32_to_bf16(vt[i]);
+    } else if (c->kv_dtype == DTYPE_FP8_E4M3) { /* x / scale (1.0), rounded, saturated at 448 */
+        uint8_t *kd = (uint8_t *)j->kc + slot * c->kv_dim, *vd = (uint8_t *)j->vc + slot * c->kv_dim;
+        for (int i = 0; i < c->kv_dim; i++)
+            kd[i] = f32_to_fp8_e4m3(k[i] / CPU_KV_SCALE), vd[i] = f32_to_fp8_e4m3(vt[i] / CPU_KV_SCALE);
     } else {
         memcpy((float *)j->kc + slot * c->kv_dim, k, c->kv_dim * sizeof(float));
         memcpy((float *)j->vc + slot * c->kv_dim, vt, c->kv_dim * sizeof(float));
@@ -498,14 +506,15 @@ static void layer_forward(CpuBackend *c, int l, const StepInputs *in, int t0, in
     prof_mark(c, PROF_QKV);
     /* store_kvcache: this layer's K at kv[0][l], V at kv[1][l], each [slots, kv_dim] */
     const int64_t layer_elems = (int64_t)c->num_blocks * c->block_size * c->kv_dim;
-    const size_t esize = c->kv_bf16 ? sizeof(uint16_t) : sizeof(float);
+    const size_t esize = dtype_size(c->kv_dtype);
     QkRopeStoreJob qj = {c, p, in->slot_mapping + t0,
                          (char *)c->kv + (int64_t)l * layer_elems * esize,
                          (char *)c->kv + ((int64_t)c->layers + l) * layer_elems * esize};
     threadpool_run(c->pool, qk_rope_store_job, &qj, T);
     prof_mark(c, PROF_ROPE_STORE);
     AttentionArgs aa = {.q = c->q, .out = c->att, .k_cache = qj.kc, .v_cache = qj.vc,
-                        .kv_bf16 = c->kv_bf16, .num_tokens = T,
+                        .kv_dtype = c->kv_dtype, .k_scale = CPU_KV_SCALE, .v_scale = CPU_KV_SCALE,
+                        .num_tokens = T,
                         .n_heads = c->heads, .n_kv_heads = c->kv_heads, .head_dim = hd,
                         .block_size = c->block_size, .scale = 1.0f / sqrtf((float)hd),
                         .num_keys = c->token_keys + t0, .token_seq = c->token_seq + t0,

@@ -382,7 +382,8 @@ static void bench_attention(ThreadPool *pool, int ctx) {
                 const double t0 = now_seconds();
                 for (int l = 0; l < layers; l++) {
                     AttentionArgs a = {.q = q, .out = out, .k_cache = k + l * layer_elems * es,
-                                       .v_cache = v + l * layer_elems * es, .kv_bf16 = bf16,
+                                       .v_cache = v + l * layer_elems * es,
+                                       .kv_dtype = bf16 ? DTYPE_BF16 : DTYPE_F32,
                                        .num_tokens = B, .n_heads = H, .n_kv_heads = KVH,
                                        .head_dim = hd, .block_size = bs, .scale = 0.0883883f,
                                        .num_keys = pos, .token_seq = seq, .block_tables = tab,

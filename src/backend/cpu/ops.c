@@ -96,6 +96,9 @@ void cpu_to_f32(float *out, const void *src, DType dt, int64_t off, int64_t n) {
     } else if (dt == DTYPE_BF16) {
         const uint16_t *s = (const uint16_t *)src + off;
         for (int64_t i = 0; i < n; i++) out[i] = bf16_to_f32(s[i]);
+    } else if (dt == DTYPE_FP8_E4M3) {
+        const uint8_t *s = (const uint8_t *)src + off;
+        for (int64_t i = 0; i < n; i++) out[i] = fp8_e4m3_to_f32(s[i]);
     } else {
         const uint16_t *s = (const uint16_t *)src + off;
         for (int64_t i = 0; i < n; i++) out[i] = f16_to_f32(s[i]);
@@ -408,9 +411,16 @@ void axpy_f32_scalar(float *y, float alpha, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += alpha * x[i];
 }
 
-/* hd elements of the cache at element offset off, as f32 (widened into buf for bf16). */
-static const float *kv_row(const void *cache, int bf16, int64_t off, int hd, float *buf) {
-    if (!bf16) return (const float *)cache + off;
+/* hd elements of the cache at element offset off, as f32 (widened into buf for bf16; for fp8
+ * e4m3 dequantized into buf as vLLM reads them: f32(stored) * scale). */
+static const float *kv_row(const void *cache, DType dt, float scale, int64_t off, int hd,
+                           float *buf) {
+    if (dt == DTYPE_F32) return (const float *)cache + off;
+    if (dt == DTYPE_FP8_E4M3) {
+        const uint8_t *src = (const uint8_t *)cache + off;
+        for (int i = 0; i < hd; i++) buf[i] = fp8_e4m3_to_f32(src[i]) * scale;
+        return buf;
+    }
     const uint16_t *src = (const uint16_t *)cache + off;
     for (int i = 0; i < hd; i++) buf[i] = bf16_to_f32(src[i]);
     return buf;
@@ -433,12 +443,13 @@ static void attention_task(const AttentionArgs *a, int use_avx2, float *scores, 
     float *out = a->out + ((int64_t)t * a->n_heads + (int64_t)kh0 * group) * hd;
 #if defined(__x86_64__)
     if (use_avx2) {
-        attention_heads_avx2(q, out, kh0, kh1, group, a->k_cache, a->v_cache, a->kv_bf16, table,
+        attention_heads_avx2(q, out, kh0, kh1, group, a->k_cache, a->v_cache,
+                             a->kv_dtype == DTYPE_BF16, table,
                              n, bs, kv_stride, hd, a->scale, scores);
         return;
     }
 #endif
-    float row[CPU_MAX_HEAD_DIM]; /* one head's K or V row widened from bf16 */
+    float row[CPU_MAX_HEAD_DIM]; /* one head's K or V row widened from bf16 / fp8 */
     CHECK(hd <= CPU_MAX_HEAD_DIM, "head_dim %d", hd);
     for (int hh = 0; hh < (kh1 - kh0) * group; hh++) {
         const int kvh = kh0 + hh / group;
@@ -447,7 +458,8 @@ static void attention_task(const AttentionArgs *a, int use_avx2, float *scores, 
         float mx = -INFINITY;
         for (int j = 0; j < n; j++) {
             int64_t slot = (int64_t)table[j / bs] * bs + j % bs;
-            const float *k = kv_row(a->k_cache, a->kv_bf16, slot * kv_stride + (int64_t)kvh * hd, hd, row);
+            const float *k = kv_row(a->k_cache, a->kv_dtype, a->k_scale,
+                                    slot * kv_stride + (int64_t)kvh * hd, hd, row);
             float sc = dot_f32_scalar(qh, k, hd) * a->scale;
             scores[j] = sc;
             if (sc > mx) mx = sc;
@@ -460,7 +472,8 @@ static void attention_task(const AttentionArgs *a, int use_avx2, float *scores, 
         memset(o, 0, (size_t)hd * sizeof(float));
         for (int j = 0; j < n; j++) {
             int64_t slot = (int64_t)table[j / bs] * bs + j % bs;
-            const float *v = kv_row(a->v_cache, a->kv_bf16, slot * kv_stride + (int64_t)kvh * hd, hd, row);
+            const float *v = kv_row(a->v_cache, a->kv_dtype, a->v_scale,
+                                    slot * kv_stride + (int64_t)kvh * hd, hd, row);
             axpy_f32_scalar(o, scores[j], v, hd);
         }
         const float inv = 1.0f / sum;
@@ -483,7 +496,13 @@ void attention_cpu(ThreadPool *pool, const AttentionArgs *a) {
     /* A task is one token's heads, split in ranges of kv heads only as far as it takes to give
      * every thread two tasks (one decoding sequence still uses all threads). Each head's
      * arithmetic is the same whatever the split. */
-    AttentionJob j = {.a = a, .use_avx2 = cpu_isa_get() >= CPU_ISA_AVX2, .parts = 1};
+    CHECK(a->kv_dtype == DTYPE_F32 || a->kv_dtype == DTYPE_BF16 ||
+              (a->kv_dtype == DTYPE_FP8_E4M3 && a->k_scale > 0 && a->v_scale > 0),
+          "KV cache of %s, scales %g / %g", dtype_name(a->kv_dtype), a->k_scale, a->v_scale);
+    /* an fp8 cache takes the scalar path (the reference; no AVX2 variant) */
+    AttentionJob j = {.a = a,
+                      .use_avx2 = cpu_isa_get() >= CPU_ISA_AVX2 && a->kv_dtype != DTYPE_FP8_E4M3,
+                      .parts = 1};
     const int want = 2 * threadpool_size(pool);
     while (j.parts < a->n_kv_heads && (int64_t)a->num_tokens * j.parts < want) j.parts *= 2;
     if (j.parts > a->n_kv_heads) j.parts = a->n_kv_heads;

@@ -35,7 +35,7 @@ void cpu_matmul_set_prefetch(int on); /* tests, benchmarks */
 
 /* ---------------------------------------------------------------- element conversion */
 
-/* out[0..n) = f32(src[off .. off+n)) for a bf16 / f16 / f32 array. */
+/* out[0..n) = f32(src[off .. off+n)) for a bf16 / f16 / f32 / fp8 e4m3 array (fp8: scale 1). */
 void cpu_to_f32(float *out, const void *src, DType dt, int64_t off, int64_t n);
 
 /* ---------------------------------------------------------------- matmul */
@@ -148,7 +148,9 @@ typedef struct {
     float *out;           /* [T, n_heads * head_dim] */
     const void *k_cache;  /* this layer's keys: [num_blocks * block_size, n_kv_heads * head_dim] */
     const void *v_cache;  /* likewise values */
-    int kv_bf16;          /* the cache holds bf16 (else f32); arithmetic is f32 either way */
+    DType kv_dtype;       /* the cache's elements: f32, bf16 or fp8 e4m3; arithmetic is f32 */
+    float k_scale, v_scale; /* fp8 only (vLLM's per-tensor scales): element = f32(stored) *
+                             * scale; must be > 0 (1.0 without calibration) */
     int num_tokens, n_heads, n_kv_heads, head_dim, block_size;
     float scale;
     const int32_t *num_keys;     /* [T] */

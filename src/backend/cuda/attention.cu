@@ -8,8 +8,11 @@
  * Decode (one query per sequence): a block of 4 warps per (sequence, kv head, chunk of up to 4 of
  * its query heads, partition of the context). A warp's lanes are cut into groups of
  * LANES = head_dim / VEC lanes, each lane holding VEC elements of a K or V row (16-byte loads of
- * bf16 / f16 / f32), so a warp reads 32 / LANES keys at a time; each lane group keeps its own
- * softmax state, merged across the warp by shuffles and across warps in shared memory. When
+ * bf16 / f16 / f32, 8-byte loads of an fp8 cache: 8 elements a lane as with bf16, so the lane
+ * layout and registers are bf16's and the bytes half), so a warp reads 32 / LANES keys at a time;
+ * an fp8 element is dequantized in registers (f32(stored) * k_scale or v_scale, the CPU twin's
+ * arithmetic exactly); each lane group keeps its own softmax state, merged across the warp by
+ * shuffles and across warps in shared memory. When
  * sequences x kv heads would leave the GPU idle (small batches, long contexts), the context is
  * split into partitions whose states are written to a workspace and merged by a second kernel.
  *
@@ -17,7 +20,8 @@
  * sequence); key tiles of 32 are staged (as f32) in shared memory with the query tile, each
  * thread owns a row's 8 scores and a quarter of its output, and the row's softmax state is kept
  * by the four threads that share the row. The keys come from the cache (written by
- * store_kvcache_cuda first), so a prefix-cache hit or an earlier chunk is read like any key. */
+ * store_kvcache_cuda first), so a prefix-cache hit or an earlier chunk is read like any key.
+ * An fp8 cache is dequantized as it is read (the tensor-core kernel: into bf16 / f16 tiles). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,8 +44,9 @@ __device__ __forceinline__ void store_out(void *out, DType adt, int64_t i, float
 }
 
 /* Loads N elements of type C at p (aligned to N * sizeof(C) bytes, N * sizeof(C) a multiple of
- * 16 or less than 16) into f[]. */
-template <typename C, int N> __device__ __forceinline__ void load_vec(const C *p, float *f) {
+ * 16 or less than 16) into f[] (fp8: times scale). */
+template <typename C, int N>
+__device__ __forceinline__ void load_vec(const C *p, float *f, float scale) {
     constexpr int BYTES = N * (int)sizeof(C);
     if constexpr (BYTES % 16 == 0) {
         constexpr int E = 16 / (int)sizeof(C);
@@ -51,19 +56,47 @@ template <typename C, int N> __device__ __forceinline__ void load_vec(const C *p
             const C *e = (const C *)&u;
 #pragma unroll
             for (int i = 0; i < E; i++)
-                f[c * E + i] = to_f32(e[i]);
+                f[c * E + i] = cache_to_f32(e[i], scale);
         }
     } else {
 #pragma unroll
         for (int i = 0; i < N; i++)
-            f[i] = to_f32(p[i]);
+            f[i] = cache_to_f32(p[i], scale);
     }
 }
+
+/* N elements of C held in registers (a vector load's bytes) to f32: cache_to_f32 of each; fp8
+ * two at a time (cvt.f16x2.e4m3x2 on sm_89 and later, exact either way). */
+template <typename C, int N>
+__device__ __forceinline__ void cvt_vec(const void *raw, float *f, float scale) {
+    if constexpr (IsFp8<C>::value) {
+        const __nv_fp8x2_storage_t *p2 = (const __nv_fp8x2_storage_t *)raw;
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) {
+            const float2 v = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(p2[i], __NV_E4M3)));
+            f[2 * i] = v.x * scale, f[2 * i + 1] = v.y * scale;
+        }
+    } else {
+        const C *e = (const C *)raw;
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            f[i] = to_f32(e[i]);
+    }
+}
+
+/* The register type of a B-byte vector load (16: uint4, 8: uint2). */
+template <int B> struct VecLoad {
+    typedef uint4 T;
+};
+template <> struct VecLoad<8> {
+    typedef uint2 T;
+};
 
 /* ================================================================== decode */
 
 template <typename C, int HD> struct DecShape {
-    static constexpr int VEC0 = 16 / (int)sizeof(C);
+    /* elements per load: 16 bytes, at most 8 (fp8: 8-byte loads, see the top) */
+    static constexpr int VEC0 = 16 / (int)sizeof(C) < 8 ? 16 / (int)sizeof(C) : 8;
     static constexpr int VEC = HD / VEC0 > 32 ? HD / 32 : (VEC0 > HD ? HD : VEC0);
     static constexpr int LANES = HD / VEC; /* lanes per key: a power of two <= 32 */
     static constexpr int KPW = 32 / LANES; /* keys per warp at a time */
@@ -101,6 +134,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     const int64_t kv_stride = (int64_t)p.n_kv_heads * hd;
     const int32_t *table = p.block_tables + (int64_t)s * p.max_blocks_per_seq;
     const C *kc = (const C *)p.k_cache, *vc = (const C *)p.v_cache;
+    const float ks = p.k_scale, vs = p.v_scale; /* fp8 only */
 
     float q[QH][VEC], acc[QH][VEC], m[QH], l[QH];
 #pragma unroll
@@ -139,12 +173,15 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
         }
     };
     bool done = false;
-    if constexpr (VEC * sizeof(C) == 16)
+    constexpr int VB = VEC * (int)sizeof(C);
+    typedef typename VecLoad<VB>::T LT;
+    if constexpr (VB == 16 || VB == 8)
         if (full) {
-            /* a lane's VEC elements are one 16-byte load (all but f32 at head_dim 256). The
-             * partition's block-table entries are staged in shared memory (DEC_TAB at a time), and
-             * a warp's loads for its next U key groups are issued before it computes on the current
-             * ones, so that neither the table lookup nor the K/V load is a round trip the warp
+            /* a lane's VEC elements are one 16-byte load (all but f32 at head_dim 256; fp8: one
+             * 8-byte load). The partition's block-table entries are staged in shared memory
+             * (DEC_TAB at a time), and a warp's loads for its next U key groups are issued before
+             * it computes on the current ones, so that neither the table lookup nor the K/V load
+             * is a round trip the warp
              * waits for. */
             __shared__ int32_t sm_tab[DEC_TAB];
             const int bs = p.block_size, step = DEC_WARPS * KPW * U;
@@ -156,34 +193,32 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                 for (int i = threadIdx.x; i < nb; i += blockDim.x)
                     sm_tab[i] = table[b0 + i];
                 __syncthreads();
-                uint4 kr[U], vr[U];
-                auto load = [&](int jb_, uint4 *kr_, uint4 *vr_) {
+                LT kr[U], vr[U];
+                auto load = [&](int jb_, LT *kr_, LT *vr_) {
 #pragma unroll
                     for (int u = 0; u < U; u++) {
                         const int j = jb_ + u * KPW + gi;
                         if (j < ce) {
                             const int64_t slot = (int64_t)sm_tab[j / bs - b0] * bs + j % bs;
                             const int64_t off = slot * kv_stride + (int64_t)kvh * hd + li * VEC;
-                            kr_[u] = *(const uint4 *)(kc + off);
-                            vr_[u] = *(const uint4 *)(vc + off);
+                            kr_[u] = *(const LT *)(kc + off);
+                            vr_[u] = *(const LT *)(vc + off);
                         } else {
-                            kr_[u] = make_uint4(0, 0, 0, 0);
-                            vr_[u] = make_uint4(0, 0, 0, 0);
+                            kr_[u] = LT{};
+                            vr_[u] = LT{};
                         }
                     }
                 };
                 int jb = cs + warp * KPW * U;
                 if (jb < ce) load(jb, kr, vr);
                 for (; jb < ce; jb += step) {
-                    uint4 kn[U], vn[U];
+                    LT kn[U], vn[U];
                     if (jb + step < ce) load(jb + step, kn, vn);
 #pragma unroll
                     for (int u = 0; u < U; u++) {
                         float k[VEC], v[VEC];
-                        const C *ke = (const C *)&kr[u], *ve = (const C *)&vr[u];
-#pragma unroll
-                        for (int e = 0; e < VEC; e++)
-                            k[e] = to_f32(ke[e]), v[e] = to_f32(ve[e]);
+                        cvt_vec<C, VEC>(&kr[u], k, ks);
+                        cvt_vec<C, VEC>(&vr[u], v, vs);
                         update(k, v, jb + u * KPW + gi < ce);
                     }
 #pragma unroll
@@ -211,14 +246,14 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                         (int64_t)table[j / p.block_size] * p.block_size + j % p.block_size;
                     const int64_t off = slot * kv_stride + (int64_t)kvh * hd + li * VEC;
                     if (full) {
-                        load_vec<C, VEC>(kc + off, k[u]);
-                        load_vec<C, VEC>(vc + off, v[u]);
+                        load_vec<C, VEC>(kc + off, k[u], ks);
+                        load_vec<C, VEC>(vc + off, v[u], vs);
                     } else {
 #pragma unroll
                         for (int e = 0; e < VEC; e++) {
                             const bool in = li * VEC + e < hd;
-                            k[u][e] = in ? to_f32(kc[off + e]) : 0.0f;
-                            v[u][e] = in ? to_f32(vc[off + e]) : 0.0f;
+                            k[u][e] = in ? cache_to_f32(kc[off + e], ks) : 0.0f;
+                            v[u][e] = in ? cache_to_f32(vc[off + e], vs) : 0.0f;
                         }
                     }
                 } else {
@@ -432,6 +467,11 @@ static int check_params(const AttentionParams *p) {
                             "cuda attention: head_dim %d with %d heads / %d kv heads (supported: "
                             "an even head_dim up to 256, heads a multiple of kv heads)",
                             p->hd, p->n_heads, p->n_kv_heads);
+    if (p->kvdt == DTYPE_FP8_E4M3 && !(p->k_scale > 0.0f && p->v_scale > 0.0f))
+        return cvllm_errorf(CVLLM_EINVAL,
+                            "cuda attention: fp8 KV cache scales k %g, v %g (must be > 0; 1.0 "
+                            "without calibration)",
+                            (double)p->k_scale, (double)p->v_scale);
     return 0;
 }
 
@@ -445,8 +485,8 @@ extern "C" int attention_decode_cuda(const AttentionParams *p, int num_parts, vo
         return cvllm_errorf(CVLLM_EINVAL, "cuda attention: %d partitions need a workspace",
                             num_parts);
     float *ws = (float *)d_ws;
-    DISPATCH_DTYPE(p->kvdt, C,
-                   DISPATCH_HD(p->hd, HDC, launch_decode<C, HDC>(*p, num_parts, ws, stream)));
+    DISPATCH_KV_DTYPE(p->kvdt, C,
+                      DISPATCH_HD(p->hd, HDC, launch_decode<C, HDC>(*p, num_parts, ws, stream)));
     CUDA_LAUNCH_TRY();
     if (num_parts > 1) {
         dim3 grid(p->n_heads, p->num_seqs);
@@ -502,8 +542,8 @@ __global__ void __launch_bounds__(128) attention_prefill_kernel(AttentionParams 
             if (key < kmax && d < hd) {
                 const int64_t slot =
                     (int64_t)table[key / p.block_size] * p.block_size + key % p.block_size;
-                kv = to_f32(kc[slot * kv_stride + (int64_t)kvh * hd + d]);
-                vv = to_f32(vc[slot * kv_stride + (int64_t)kvh * hd + d]);
+                kv = cache_to_f32(kc[slot * kv_stride + (int64_t)kvh * hd + d], p.k_scale);
+                vv = cache_to_f32(vc[slot * kv_stride + (int64_t)kvh * hd + d], p.v_scale);
             }
             Ks[j * LD + d] = kv;
             Vs[j * LD + d] = vv;
@@ -581,7 +621,11 @@ static int launch_prefill(const AttentionParams &p, cudaStream_t stream) {
  * multiplied by V (ldmatrix.trans) into f32 accumulators. The heaviest query tile of a sequence
  * (its last) is started first. Rounding q and P to 16 bits makes this kernel agree with the f32
  * CPU twin to about 1e-2 (bf16) / 2e-3 (f16) of the output's range, the same as the product
- * kernels do; CVLLM_CUDA_ATTN_SIMT=1 forces the SIMT kernel above (to measure the difference). */
+ * kernels do; CVLLM_CUDA_ATTN_SIMT=1 forces the SIMT kernel above (to measure the difference).
+ * An fp8 cache (KV) is read with plain 8-byte loads, dequantized (times k_scale / v_scale) and
+ * rounded to the model's 16-bit type C as it is written to the same shared-memory tiles: the next
+ * tile's loads then wait before this tile's products instead of overlapping them (cp.async
+ * cannot convert). */
 
 #define TC_BQ 64
 #define TC_BK 64
@@ -616,7 +660,21 @@ __device__ __forceinline__ void mma16816<__half>(float c[4], const uint32_t a[4]
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <typename C, int HD>
+/* 8 fp8 e4m3 values (raw) times scale, rounded to C, as 16 bytes */
+template <typename C> __device__ __forceinline__ uint4 fp8x8_to(uint2 raw, float scale) {
+    const __nv_fp8x2_storage_t *p2 = (const __nv_fp8x2_storage_t *)&raw;
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 v = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(p2[i], __NV_E4M3)));
+        w[i] = pack2<C>(v.x * scale, v.y * scale);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* C: the 16-bit type of the products (the cache's, or the model's for an fp8 cache); KV: the
+ * cache's element type (C, or __nv_fp8_e4m3) */
+template <typename C, typename KV, int HD>
 __global__ void __launch_bounds__(128) attention_prefill_tc_kernel(AttentionParams p) {
     constexpr int LD = HD + 8;       /* row stride in elements: 16-byte rows, conflict-free reads */
     constexpr int KD = HD / 16;      /* k-steps of Q K^T */
@@ -635,7 +693,7 @@ __global__ void __launch_bounds__(128) attention_prefill_tc_kernel(AttentionPara
     const int rows = min(TC_BQ, qlen - tile0);
     const int64_t kv_stride = (int64_t)p.n_kv_heads * HD;
     const int32_t *table = p.block_tables + (int64_t)s * p.max_blocks_per_seq;
-    const C *kc = (const C *)p.k_cache, *vc = (const C *)p.v_cache;
+    const KV *kc = (const KV *)p.k_cache, *vc = (const KV *)p.v_cache;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
     const int base = ctx - qlen + tile0; /* position of the tile's row 0: it sees keys 0..base */
     const int kmax = base + rows;        /* keys the tile needs */
@@ -676,23 +734,47 @@ __global__ void __launch_bounds__(128) attention_prefill_tc_kernel(AttentionPara
      * flight while tile i is computed on (keys past kmax zero-filled: src-size 0) */
     auto issue = [&](int kt, int st) {
         C *K = sbase + st * 2 * TILE, *V = K + TILE;
-        for (int i = threadIdx.x; i < TC_BK * CH; i += blockDim.x) {
-            const int j = i / CH, c8 = (i % CH) * 8, key = kt + j;
-            int64_t off = 0;
-            const int sz = key < kmax ? 16 : 0;
-            if (sz) {
-                const int64_t slot =
-                    (int64_t)table[key / p.block_size] * p.block_size + key % p.block_size;
-                off = slot * kv_stride + (int64_t)kvh * HD + c8;
+        if constexpr (IsFp8<KV>::value) {
+            /* all of a thread's loads first (8 of K, 8 of V at head_dim 128), then the stores */
+            constexpr int PER = TC_BK * CH / 128;
+            uint2 kr[PER], vr[PER];
+#pragma unroll
+            for (int u = 0; u < PER; u++) {
+                const int i = threadIdx.x + u * 128, j = i / CH, c8 = (i % CH) * 8, key = kt + j;
+                kr[u] = vr[u] = make_uint2(0, 0);
+                if (key < kmax) {
+                    const int64_t slot =
+                        (int64_t)table[key / p.block_size] * p.block_size + key % p.block_size;
+                    const int64_t off = slot * kv_stride + (int64_t)kvh * HD + c8;
+                    kr[u] = *(const uint2 *)(kc + off);
+                    vr[u] = *(const uint2 *)(vc + off);
+                }
             }
-            const uint32_t ks = (uint32_t)__cvta_generic_to_shared(&K[j * LD + c8]);
-            const uint32_t vs = (uint32_t)__cvta_generic_to_shared(&V[j * LD + c8]);
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ks), "l"(kc + off),
-                         "r"(sz));
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(vs), "l"(vc + off),
-                         "r"(sz));
+#pragma unroll
+            for (int u = 0; u < PER; u++) {
+                const int i = threadIdx.x + u * 128, j = i / CH, c8 = (i % CH) * 8;
+                *(uint4 *)&K[j * LD + c8] = fp8x8_to<C>(kr[u], p.k_scale);
+                *(uint4 *)&V[j * LD + c8] = fp8x8_to<C>(vr[u], p.v_scale);
+            }
+        } else {
+            for (int i = threadIdx.x; i < TC_BK * CH; i += blockDim.x) {
+                const int j = i / CH, c8 = (i % CH) * 8, key = kt + j;
+                int64_t off = 0;
+                const int sz = key < kmax ? 16 : 0;
+                if (sz) {
+                    const int64_t slot =
+                        (int64_t)table[key / p.block_size] * p.block_size + key % p.block_size;
+                    off = slot * kv_stride + (int64_t)kvh * HD + c8;
+                }
+                const uint32_t ks = (uint32_t)__cvta_generic_to_shared(&K[j * LD + c8]);
+                const uint32_t vs = (uint32_t)__cvta_generic_to_shared(&V[j * LD + c8]);
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ks),
+                             "l"(kc + off), "r"(sz));
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(vs),
+                             "l"(vc + off), "r"(sz));
+            }
         }
-        asm volatile("cp.async.commit_group;\n" ::);
+        asm volatile("cp.async.commit_group;\n" ::); /* fp8: an empty group, the count stays */
     };
     const int ntk = (kmax + TC_BK - 1) / TC_BK;
     issue(0, 0);
@@ -794,18 +876,24 @@ __global__ void __launch_bounds__(128) attention_prefill_tc_kernel(AttentionPara
     }
 }
 
-template <typename C, int HD>
+template <typename C, typename KV, int HD>
 static int launch_prefill_tc(const AttentionParams &p, cudaStream_t stream) {
     const size_t smem = (size_t)4 * TC_BK * (HD + 8) * sizeof(C); /* 69,632 bytes at 128 */
     static int attr_set = 0;                                      /* per instantiation */
     if (smem > 48 * 1024 && !attr_set) {
-        CUDA_TRY(cudaFuncSetAttribute(attention_prefill_tc_kernel<C, HD>,
+        CUDA_TRY(cudaFuncSetAttribute(attention_prefill_tc_kernel<C, KV, HD>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         attr_set = 1;
     }
     dim3 grid((p.max_seqlen_q + TC_BQ - 1) / TC_BQ, p.n_heads, p.num_seqs);
-    attention_prefill_tc_kernel<C, HD><<<grid, 128, smem, stream>>>(p);
+    attention_prefill_tc_kernel<C, KV, HD><<<grid, 128, smem, stream>>>(p);
     return 0;
+}
+
+template <typename C, typename KV>
+static int launch_prefill_tc_hd(const AttentionParams &p, cudaStream_t stream) {
+    return p.hd == 64 ? launch_prefill_tc<C, KV, 64>(p, stream)
+                      : launch_prefill_tc<C, KV, 128>(p, stream);
 }
 
 static int force_simt(void) {
@@ -818,8 +906,10 @@ static int force_simt(void) {
 }
 
 extern "C" int attention_prefill_uses_tc(const AttentionParams *p) {
-    return (p->kvdt == DTYPE_BF16 || p->kvdt == DTYPE_F16) && (p->hd == 64 || p->hd == 128) &&
-           p->ldq % 4 == 0 && ((uintptr_t)p->q & 15) == 0 && !force_simt();
+    const int c16 = p->kvdt == DTYPE_BF16 || p->kvdt == DTYPE_F16 ||
+                    (p->kvdt == DTYPE_FP8_E4M3 && (p->adt == DTYPE_BF16 || p->adt == DTYPE_F16));
+    return c16 && (p->hd == 64 || p->hd == 128) && p->ldq % 4 == 0 && ((uintptr_t)p->q & 15) == 0 &&
+           !force_simt();
 }
 
 extern "C" int attention_prefill_cuda(const AttentionParams *p, cudaStream_t stream) {
@@ -828,16 +918,19 @@ extern "C" int attention_prefill_cuda(const AttentionParams *p, cudaStream_t str
     if (p->num_seqs <= 0 || p->max_seqlen_q <= 0) return 0;
     if (attention_prefill_uses_tc(p)) {
         if (p->kvdt == DTYPE_BF16)
-            rc = p->hd == 64 ? launch_prefill_tc<__nv_bfloat16, 64>(*p, stream)
-                             : launch_prefill_tc<__nv_bfloat16, 128>(*p, stream);
+            rc = launch_prefill_tc_hd<__nv_bfloat16, __nv_bfloat16>(*p, stream);
+        else if (p->kvdt == DTYPE_F16)
+            rc = launch_prefill_tc_hd<__half, __half>(*p, stream);
+        else if (p->adt == DTYPE_BF16) /* fp8: the products in the model's dtype */
+            rc = launch_prefill_tc_hd<__nv_bfloat16, __nv_fp8_e4m3>(*p, stream);
         else
-            rc = p->hd == 64 ? launch_prefill_tc<__half, 64>(*p, stream)
-                             : launch_prefill_tc<__half, 128>(*p, stream);
+            rc = launch_prefill_tc_hd<__half, __nv_fp8_e4m3>(*p, stream);
         if (rc) return rc;
         CUDA_LAUNCH_TRY();
         return 0;
     }
-    DISPATCH_DTYPE(p->kvdt, C, DISPATCH_HD(p->hd, HDC, rc = launch_prefill<C, HDC>(*p, stream)));
+    DISPATCH_KV_DTYPE(p->kvdt, C,
+                      DISPATCH_HD(p->hd, HDC, rc = launch_prefill<C, HDC>(*p, stream)));
     if (rc) return rc;
     CUDA_LAUNCH_TRY();
     return 0;

@@ -795,6 +795,8 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
                           .out = c->att,
                           .adt = c->adt,
                           .kvdt = c->kvdt,
+                          .k_scale = 1.0f, /* fp8: vLLM's scales without calibration */
+                          .v_scale = 1.0f,
                           .n_heads = c->heads,
                           .n_kv_heads = c->kvh,
                           .hd = c->hd,
@@ -818,8 +820,8 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
         PROF(c, PC_OTHER);
         if (cl->qkv_bias) TRY(add_bias_cuda(c->qkv, c->qkvd, cl->qkv_bias, T, c->qkvd, st));
         TRY(qk_norm_rope_store_cuda(c->qkv, c->qkvd, c->d_pos, c->inv_freq, cl->q_norm, cl->k_norm,
-                                    T, c->heads, c->kvh, c->hd, eps, kc, vc, c->kvdt, c->d_slots,
-                                    st));
+                                    T, c->heads, c->kvh, c->hd, eps, kc, vc, c->kvdt, 1.0f, 1.0f,
+                                    c->d_slots, st));
         ap.k_cache = kc;
         ap.v_cache = vc;
         PROF(c, PC_ATTN);
@@ -1019,7 +1021,8 @@ static int cuda_warmup_all(Backend *b) {
 static int cuda_init_kv_cache(Backend *b, const KVCacheSpec *spec) {
     CudaBackend *c = b->ctx;
     if (c->d_kv) return cvllm_errorf(CVLLM_EINVAL, "cuda backend: KV cache already allocated");
-    if (spec->dtype != DTYPE_BF16 && spec->dtype != DTYPE_F16 && spec->dtype != DTYPE_F32)
+    if (spec->dtype != DTYPE_BF16 && spec->dtype != DTYPE_F16 && spec->dtype != DTYPE_F32 &&
+        spec->dtype != DTYPE_FP8_E4M3)
         return cvllm_errorf(CVLLM_EUNSUPPORTED, "cuda backend: KV cache dtype %s",
                             dtype_name(spec->dtype));
     if (spec->num_blocks <= 0 || spec->block_size != c->opt.block_size)

@@ -8,7 +8,9 @@
  *   residual_rmsnorm_cuda <- residual_norm (backend_cpu.c): x += add; rmsnorm_cpu
  *   add_bias_cuda         <- matmul_rows_scalar's "+ bias[n]"
  *   qk_norm_rope_cuda     <- qk_rope_store_job: rmsnorm_cpu per head, rope_cos_sin_cpu,
- * rope_apply_cpu store_kvcache_cuda    <- qk_rope_store_job's store (slot -1: nothing written)
+ * rope_apply_cpu
+ *   store_kvcache_cuda    <- qk_rope_store_job's store (slot -1: nothing written; an fp8 cache
+ *                            gets f32_to_fp8_e4m3(x / scale), bit for bit)
  *   silu_mul_cuda         <- silu_mul_cpu
  *   gather_rows_cuda      <- the logits_indices rows of cpu_forward */
 #include <stdio.h>
@@ -157,6 +159,17 @@ extern "C" int qk_norm_rope_cuda(float *d_qkv, int64_t ld, const int32_t *d_posi
     return 0;
 }
 
+/* An fp8 cache's scales divide on the way in: they must be positive and finite. */
+static int check_kv_scales(DType kvdt, float k_scale, float v_scale) {
+    if (kvdt == DTYPE_FP8_E4M3 && !(k_scale > 0.0f && k_scale <= 3.0e38f && v_scale > 0.0f &&
+                                    v_scale <= 3.0e38f))
+        return cvllm_errorf(CVLLM_EINVAL,
+                            "cuda backend: fp8 KV cache scales k %g, v %g (must be > 0; 1.0 "
+                            "without calibration)",
+                            (double)k_scale, (double)v_scale);
+    return 0;
+}
+
 /* qk_norm_rope_kernel and store_kvcache_kernel in one launch (the step's hot path): a block per
  * token, a warp per head: q heads normed and rotated in place, k heads normed, rotated, written
  * back and stored to the cache, v heads stored (slot -1: nothing stored). */
@@ -164,7 +177,8 @@ template <typename C>
 __global__ void qk_norm_rope_store_kernel(float *qkv, int64_t ld, const int32_t *positions,
                                           const float *inv_freq, const float *q_norm,
                                           const float *k_norm, int n_heads, int n_kv_heads, int hd,
-                                          float eps, C *kc, C *vc, const int64_t *slots) {
+                                          float eps, C *kc, C *vc, const int64_t *slots,
+                                          float k_scale, float v_scale) {
     const int64_t t = blockIdx.x;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int half = hd / 2, kv_dim = n_kv_heads * hd;
@@ -176,7 +190,7 @@ __global__ void qk_norm_rope_store_kernel(float *qkv, int64_t ld, const int32_t 
             if (slot >= 0) {
                 C *dst = vc + slot * kv_dim + (int64_t)(h - n_heads - n_kv_heads) * hd;
                 for (int i = lane; i < hd; i += 32)
-                    dst[i] = from_f32<C>(v[i]);
+                    dst[i] = cache_from_f32<C>(v[i], v_scale);
             }
             continue;
         }
@@ -203,8 +217,8 @@ __global__ void qk_norm_rope_store_kernel(float *qkv, int64_t ld, const int32_t 
             v[i] = x0;
             v[i + half] = x1;
             if (dst) {
-                dst[i] = from_f32<C>(x0);
-                dst[i + half] = from_f32<C>(x1);
+                dst[i] = cache_from_f32<C>(x0, k_scale);
+                dst[i + half] = cache_from_f32<C>(x1, k_scale);
             }
         }
     }
@@ -214,17 +228,20 @@ extern "C" int qk_norm_rope_store_cuda(float *d_qkv, int64_t ld, const int32_t *
                                        const float *d_inv_freq, const float *d_q_norm,
                                        const float *d_k_norm, int T, int n_heads, int n_kv_heads,
                                        int hd, float eps, void *d_k_cache, void *d_v_cache,
-                                       DType kvdt, const int64_t *d_slot_mapping,
-                                       cudaStream_t stream) {
+                                       DType kvdt, float k_scale, float v_scale,
+                                       const int64_t *d_slot_mapping, cudaStream_t stream) {
+    int rc = check_kv_scales(kvdt, k_scale, v_scale);
+    if (rc) return rc;
     if (T <= 0) return 0;
     /* a decode step (a few blocks): a warp per head; a prefill: 256 threads a token (measured
      * faster there, 2026-11-22) */
     int threads = T <= 512 ? 32 * (n_heads + 2 * n_kv_heads) : 256;
     if (threads > 1024) threads = 1024;
-    DISPATCH_DTYPE(kvdt, C,
-                   qk_norm_rope_store_kernel<C><<<T, threads, 0, stream>>>(
-                       d_qkv, ld, d_positions, d_inv_freq, d_q_norm, d_k_norm, n_heads, n_kv_heads,
-                       hd, eps, (C *)d_k_cache, (C *)d_v_cache, d_slot_mapping));
+    DISPATCH_KV_DTYPE(kvdt, C,
+                      qk_norm_rope_store_kernel<C><<<T, threads, 0, stream>>>(
+                          d_qkv, ld, d_positions, d_inv_freq, d_q_norm, d_k_norm, n_heads,
+                          n_kv_heads, hd, eps, (C *)d_k_cache, (C *)d_v_cache, d_slot_mapping,
+                          k_scale, v_scale));
     CUDA_LAUNCH_TRY();
     return 0;
 }
@@ -233,23 +250,28 @@ extern "C" int qk_norm_rope_store_cuda(float *d_qkv, int64_t ld, const int32_t *
 
 template <typename C>
 __global__ void store_kvcache_kernel(const float *k, const float *v, int64_t ld, C *kc, C *vc,
-                                     const int64_t *slots, int kv_dim) {
+                                     const int64_t *slots, int kv_dim, float k_scale,
+                                     float v_scale) {
     const int64_t t = blockIdx.x;
     const int64_t slot = slots[t];
     if (slot < 0) return; /* already cached (a prefix-cache hit) or a padding lane */
     for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) {
-        kc[slot * kv_dim + i] = from_f32<C>(k[t * ld + i]);
-        vc[slot * kv_dim + i] = from_f32<C>(v[t * ld + i]);
+        kc[slot * kv_dim + i] = cache_from_f32<C>(k[t * ld + i], k_scale);
+        vc[slot * kv_dim + i] = cache_from_f32<C>(v[t * ld + i], v_scale);
     }
 }
 
 extern "C" int store_kvcache_cuda(const float *d_k, const float *d_v, int64_t ld, void *d_k_cache,
-                                  void *d_v_cache, DType kvdt, const int64_t *d_slot_mapping, int T,
-                                  int kv_dim, cudaStream_t stream) {
+                                  void *d_v_cache, DType kvdt, float k_scale, float v_scale,
+                                  const int64_t *d_slot_mapping, int T, int kv_dim,
+                                  cudaStream_t stream) {
+    int rc = check_kv_scales(kvdt, k_scale, v_scale);
+    if (rc) return rc;
     if (T <= 0) return 0;
-    DISPATCH_DTYPE(kvdt, C,
-                   store_kvcache_kernel<C><<<T, 256, 0, stream>>>(
-                       d_k, d_v, ld, (C *)d_k_cache, (C *)d_v_cache, d_slot_mapping, kv_dim));
+    DISPATCH_KV_DTYPE(kvdt, C,
+                      store_kvcache_kernel<C><<<T, 256, 0, stream>>>(
+                          d_k, d_v, ld, (C *)d_k_cache, (C *)d_v_cache, d_slot_mapping, kv_dim,
+                          k_scale, v_scale));
     CUDA_LAUNCH_TRY();
     return 0;
 }
@@ -321,7 +343,25 @@ extern "C" int convert_f32_cuda(void *d_dst, DType dt, const float *d_src, int64
                                 cudaStream_t stream) {
     if (n <= 0) return 0;
     int blocks = (int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
-    DISPATCH_DTYPE(dt, T, convert_f32_kernel<T><<<blocks, 256, 0, stream>>>((T *)d_dst, d_src, n));
+    DISPATCH_KV_DTYPE(dt, T,
+                      convert_f32_kernel<T><<<blocks, 256, 0, stream>>>((T *)d_dst, d_src, n));
+    CUDA_LAUNCH_TRY();
+    return 0;
+}
+
+template <typename T> __global__ void convert_to_f32_kernel(float *dst, const T *src, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = to_f32(src[i]);
+}
+
+extern "C" int convert_to_f32_cuda(float *d_dst, const void *d_src, DType dt, int64_t n,
+                                   cudaStream_t stream) {
+    if (n <= 0) return 0;
+    int blocks = (int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
+    DISPATCH_KV_DTYPE(dt, T,
+                      convert_to_f32_kernel<T>
+                      <<<blocks, 256, 0, stream>>>(d_dst, (const T *)d_src, n));
     CUDA_LAUNCH_TRY();
     return 0;
 }

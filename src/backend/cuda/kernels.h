@@ -5,8 +5,13 @@
  *
  * Conventions: d_* are device pointers; `adt` is the activation dtype of the matrix-product
  * inputs (the model's dtype: bf16, f16 or f32); the residual stream, the q/k/v rows and every
- * matrix-product output are f32; the KV cache holds `kvdt` (bf16, f16 or f32). Shapes are in the
- * comments, row-major. Launchers return 0, or a negative CVLLM_E* code with the message set (a
+ * matrix-product output are f32; the KV cache holds `kvdt` (bf16, f16, f32 or fp8 e4m3). Shapes
+ * are in the comments, row-major.
+ *
+ * fp8 e4m3 cache (--kv-cache-dtype fp8), scales as vLLM defines them: one k_scale and one
+ * v_scale per cache tensor, stored = e4m3(x / scale) (round to nearest even, saturated to +-448:
+ * __nv_cvt_float_to_fp8 with __NV_SATFINITE), read = f32(stored) * scale. Without calibrated
+ * scales (all cvllm has) both are 1.0, vLLM's default. The other cache types ignore the scales. Launchers return 0, or a negative CVLLM_E* code with the message set (a
  * launch failure or an unsupported shape: never an abort). */
 #ifndef CVLLM_BACKEND_CUDA_KERNELS_H
 #define CVLLM_BACKEND_CUDA_KERNELS_H
@@ -58,8 +63,8 @@ int residual_rmsnorm_cuda(float *d_x, const float *d_add, const float *d_w, void
 int qk_norm_rope_store_cuda(float *d_qkv, int64_t ld, const int32_t *d_positions,
                             const float *d_inv_freq, const float *d_q_norm, const float *d_k_norm,
                             int T, int n_heads, int n_kv_heads, int hd, float eps, void *d_k_cache,
-                            void *d_v_cache, DType kvdt, const int64_t *d_slot_mapping,
-                            cudaStream_t stream);
+                            void *d_v_cache, DType kvdt, float k_scale, float v_scale,
+                            const int64_t *d_slot_mapping, cudaStream_t stream);
 
 /* y[t, n] += bias[n], y: [T, ld] (first N columns).   CPU: the bias of matmul_rows_scalar. */
 int add_bias_cuda(float *d_y, int64_t ld, const float *d_bias, int T, int N, cudaStream_t stream);
@@ -73,11 +78,12 @@ int qk_norm_rope_cuda(float *d_qkv, int64_t ld, const int32_t *d_positions, cons
                       int n_kv_heads, int hd, float eps, cudaStream_t stream);
 
 /* k_cache[slot[t]] = kvdt(k[t]), v_cache[slot[t]] = kvdt(v[t]) for slot[t] >= 0 (-1: nothing
- * written). k, v: rows of [T, ld] f32 (pointers at their first column); caches [slots, kv_dim].
+ * written); fp8: kvdt(k[t] / k_scale), kvdt(v[t] / v_scale), the scales > 0 (else CVLLM_EINVAL).
+ * k, v: rows of [T, ld] f32 (pointers at their first column); caches [slots, kv_dim].
  * CPU: the store of qk_rope_store_job. */
 int store_kvcache_cuda(const float *d_k, const float *d_v, int64_t ld, void *d_k_cache,
-                       void *d_v_cache, DType kvdt, const int64_t *d_slot_mapping, int T,
-                       int kv_dim, cudaStream_t stream);
+                       void *d_v_cache, DType kvdt, float k_scale, float v_scale,
+                       const int64_t *d_slot_mapping, int T, int kv_dim, cudaStream_t stream);
 
 /* g[t, i] = adt(silu(gu[t, i]) * gu[t, I + i]), gu: [T, 2I] f32 (gate then up), g: [T, I].
  * CPU: silu_mul_cpu. */
@@ -88,8 +94,12 @@ int silu_mul_cuda(void *d_g, DType adt, const float *d_gu, int T, int I, cudaStr
 int gather_rows_cuda(float *d_y, const float *d_x, const int32_t *d_idx, int n, int H,
                      cudaStream_t stream);
 
-/* dst[i] = dt(src[i]) (f32 -> bf16 / f16 / f32): tests and weight-free conversions. */
+/* dst[i] = dt(src[i]) (f32 -> bf16 / f16 / f32 / fp8 e4m3 unscaled): tests and weight-free
+ * conversions. CPU: f32_to_bf16, f32_to_f16, f32_to_fp8_e4m3 (common.h). */
 int convert_f32_cuda(void *d_dst, DType dt, const float *d_src, int64_t n, cudaStream_t stream);
+/* dst[i] = f32(src[i]), src of dt (fp8 unscaled): the kernels' read conversion, for the tests.
+ * CPU: cpu_to_f32. */
+int convert_to_f32_cuda(float *d_dst, const void *d_src, DType dt, int64_t n, cudaStream_t stream);
 
 /* ---------------------------------------------------------------- attention */
 
@@ -101,6 +111,8 @@ typedef struct {
     DType adt;
     const void *k_cache, *v_cache; /* this layer's [num_blocks * block_size, n_kv_heads * hd] */
     DType kvdt;
+    float k_scale, v_scale; /* fp8 cache only: key = f32(stored) * k_scale (> 0; 1.0 without
+                             * calibration, vLLM's default); ignored for the other types */
     int n_heads, n_kv_heads, hd, block_size;
     float scale;
     int num_seqs;
@@ -130,10 +142,11 @@ int attention_decode_cuda(const AttentionParams *p, int num_parts, void *d_ws, c
  * a block per (32-query tile, query head, sequence), keys in 32-key shared-memory tiles with an
  * online softmax. CPU: attention_cpu. */
 int attention_prefill_cuda(const AttentionParams *p, cudaStream_t stream);
-/* Whether attention_prefill_cuda takes the tensor-core kernel for p (a bf16 / f16 cache, head_dim
- * 64 or 128, 16-byte aligned q rows, CVLLM_CUDA_ATTN_SIMT unset): q and the softmax weights are
- * then rounded to the cache's dtype (flash-attention's arithmetic), within about 1e-2 (bf16) or
- * 2e-3 (f16) of the f32 twin instead of f32 rounding. */
+/* Whether attention_prefill_cuda takes the tensor-core kernel for p (a bf16 / f16 cache, or an
+ * fp8 cache with a bf16 / f16 adt; head_dim 64 or 128, 16-byte aligned q rows,
+ * CVLLM_CUDA_ATTN_SIMT unset): q and the softmax weights are then rounded to the cache's dtype
+ * (fp8: adt's; the dequantized keys and values too, exact with scales 1.0) (flash-attention's
+ * arithmetic), within about 1e-2 (bf16) or 2e-3 (f16) of the f32 twin instead of f32 rounding. */
 int attention_prefill_uses_tc(const AttentionParams *p);
 
 /* ---------------------------------------------------------------- matrix products (gemm.c) */
