@@ -65,10 +65,11 @@ const char *cvllm_backends_report(void);
  * worker and returns its exit code (>= 0), to be returned from main; elsewhere it returns -1 at
  * once. */
 int cvllm_worker_main(void);
-/* `cvllm worker`: joins as rank the group whose rank 0 listens at addr ("HOST:PORT"), on GPU
- * device_id, loading the model folder rank 0 names (model_dir NULL) or model_dir. Returns an
- * exit code (0 once rank 0 ends the group normally). */
-int cvllm_worker_run(const char *addr, int rank, int device_id, const char *model_dir);
+/* `cvllm worker`: joins as rank the group whose rank 0 listens at addr ("HOST:PORT"), trying for
+ * up to timeout_s seconds, on GPU device_id, loading the model folder rank 0 names (model_dir
+ * NULL) or model_dir. Returns an exit code (0 once rank 0 ends the group normally). */
+int cvllm_worker_run(const char *addr, int rank, int device_id, const char *model_dir,
+                     double timeout_s);
 
 typedef enum { CVLLM_DEVICE_AUTO = 0, CVLLM_DEVICE_CPU, CVLLM_DEVICE_CUDA } CvllmDevice;
 /* Element type of the KV cache. AUTO: f32 on the CPU (the reference: exact f32 attention), the

@@ -212,6 +212,21 @@ for bad_opt in "--block-size 17" "--block-size 8" "--block-size 0" "--block-size
                "--gpu-memory-utilization 2" "--device tpu" "--kv-cache-dtype fp4"; do
   eval "usage2 $B complete $M --prompt-ids 1 $bad_opt"
 done
+for bad_opt in "--tensor-parallel-size 0" "-tp 65" "-tp x" "--tp-local-ranks 0" "--tp-addr nohost" \
+               "--tp-addr host:" "--tp-addr host:12x"; do
+  eval "usage2 $B complete $M --prompt-ids 1 $bad_opt"
+done
+check "tensor parallelism on the CPU: a clear error, exit 1" '[ "$(rc_of $B complete $M --prompt-ids 1 --device cpu -tp 2)" = 1 ] && grep -q "tensor parallelism runs on GPUs" $T/err'
+# cvllm worker: usage errors; no rank 0 to reach: exit 1 with the reason after --timeout
+usage2 $B worker
+usage2 $B worker --connect 127.0.0.1:1
+usage2 $B worker --rank 1
+usage2 $B worker --connect nohost --rank 1
+usage2 $B worker --connect 127.0.0.1:1 --rank 0
+usage2 $B worker --connect 127.0.0.1:1 --rank 1 --timeout 0
+check "worker --help: stdout, exit 0" '$B worker --help 2>$T/err | grep -q usage && [ ! -s $T/err ]'
+check "worker with no rank 0 there: exit 1, says why" '[ "$(rc_of $B worker --connect 127.0.0.1:1 --rank 1 --timeout 1)" = 1 ] && grep -q "cannot connect to 127.0.0.1:1\|built without tensor parallelism" $T/err'
+check "a malformed CVLLM_TP_WORKER: exit 2, says why" '[ "$(CVLLM_TP_WORKER=garbage rc_of $B --version)" = 2 ] && grep -q "CVLLM_TP_WORKER" $T/err'
 usage2 $B chat $M --block-size 24
 usage2 $B bench throughput $M --threads 999
 check "--threads up to the cores is fine" '[ "$(rc_of $B complete $M --prompt-ids 1 --max-tokens 1 --threads $(nproc) --block-size 32 --quiet)" = 0 ]'

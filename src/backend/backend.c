@@ -141,10 +141,11 @@ int backend_create(CvllmDevice device, const ModelConfig *cfg, const ModelWeight
 /* ---------------------------------------------------------------------------------------------
  * Tensor-parallel workers (include/cvllm.h) */
 
-int cvllm_worker_run(const char *addr, int rank, int device_id, const char *model_dir) {
+int cvllm_worker_run(const char *addr, int rank, int device_id, const char *model_dir,
+                     double timeout_s) {
     for (size_t i = 0; i < sizeof REGISTRY / sizeof REGISTRY[0]; i++)
         if (REGISTRY[i]->worker_main)
-            return REGISTRY[i]->worker_main(addr, rank, device_id, model_dir);
+            return REGISTRY[i]->worker_main(addr, rank, device_id, model_dir, timeout_s);
     fprintf(stderr, "cvllm worker: this cvllm was built without tensor parallelism (CUDA and NCCL; "
                     "compiled backends: %s)\n",
             cvllm_backends());
@@ -163,5 +164,5 @@ int cvllm_worker_main(void) {
     }
     /* not inherited by whatever this process starts */
     unsetenv("CVLLM_TP_WORKER");
-    return cvllm_worker_run(addr, rank, dev, NULL);
+    return cvllm_worker_run(addr, rank, dev, NULL, 30.0); /* rank 0 listens already */
 }

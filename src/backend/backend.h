@@ -168,8 +168,10 @@ typedef struct {
      * Returns an exit code (0, 1 runtime error, 2 usage). NULL: none. */
     int (*bench_ops)(int argc, char **argv);
     /* A tensor-parallel worker process (NULL: none): joins the group of rank 0 at addr as rank on
-     * GPU device_id, with the model folder rank 0 names (or model_dir). Returns an exit code. */
-    int (*worker_main)(const char *addr, int rank, int device_id, const char *model_dir);
+     * GPU device_id (trying for timeout_s), with the model folder rank 0 names (or model_dir).
+     * Returns an exit code. */
+    int (*worker_main)(const char *addr, int rank, int device_id, const char *model_dir,
+                       double timeout_s);
 } BackendEntry;
 
 /* The compiled backends, in order of preference for --device auto (cuda, then cpu). */

@@ -971,8 +971,8 @@ static int64_t cuda_kv_budget_bytes(Backend *b) {
  * run the same collectives as its own), does its own part, then gathers their replies. */
 
 static int64_t cuda_kv_budget_all(Backend *b) {
-    CudaBackend *c = b->ctx;
 #ifdef CVLLM_HAVE_NCCL
+    CudaBackend *c = b->ctx;
     if (c->owns_tp) {
         if (tp_send_all(c->tp, TP_MSG_BUDGET, NULL, 0, NULL, 0)) {
             fprintf(stderr, "cvllm: cuda: %s\n", cvllm_last_error());
@@ -995,8 +995,8 @@ static int64_t cuda_kv_budget_all(Backend *b) {
 }
 
 static int cuda_init_kv_cache_all(Backend *b, const KVCacheSpec *spec) {
-    CudaBackend *c = b->ctx;
 #ifdef CVLLM_HAVE_NCCL
+    CudaBackend *c = b->ctx;
     if (c->owns_tp) {
         TRY(tp_send_all(c->tp, TP_MSG_INIT_KV, spec, sizeof *spec, NULL, 0));
         TRY(cuda_init_kv_cache(b, spec));
@@ -1007,8 +1007,8 @@ static int cuda_init_kv_cache_all(Backend *b, const KVCacheSpec *spec) {
 }
 
 static int cuda_warmup_all(Backend *b) {
-    CudaBackend *c = b->ctx;
 #ifdef CVLLM_HAVE_NCCL
+    CudaBackend *c = b->ctx;
     if (c->owns_tp) {
         TRY(tp_send_all(c->tp, TP_MSG_WARMUP, NULL, 0, NULL, 0));
         TRY(cuda_warmup(b));
@@ -1357,9 +1357,10 @@ failed:
 /* A worker process's life: join rank 0, load this rank's share of the model folder rank 0 names
  * (or model_dir), then run what rank 0 sends until SHUTDOWN. Any error goes to rank 0 (which
  * stops the engine) and ends the worker. */
-static int cuda_worker_main(const char *addr, int rank, int device, const char *model_dir) {
+static int cuda_worker_main(const char *addr, int rank, int device, const char *model_dir,
+                            double timeout_s) {
     TpGroup *g = NULL;
-    if (tp_group_join(&g, addr, rank, 120.0)) {
+    if (tp_group_join(&g, addr, rank, timeout_s)) {
         fprintf(stderr, "cvllm worker (rank %d): %s\n", rank, cvllm_last_error());
         return 1;
     }
