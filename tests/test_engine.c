@@ -11,7 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
+#include "common.h"
 #include "cvllm.h"
+#include "engine/engine_internal.h"
 
 static char g_model[256];
 
@@ -322,6 +325,44 @@ static void test_bad_requests_refused_alone(void **state) {
     cvllm_engine_destroy(e);
 }
 
+/* A backend that can run no more steps (a tensor-parallel rank lost, here a stub forward that
+ * says so): the requests of the step and every other live one end with its error, new ones are
+ * refused with it, and cvllm_engine_run returns an error at once. */
+static int broken_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
+    (void)in, (void)out;
+    b->broken = 1;
+    return cvllm_errorf(CVLLM_EBACKEND, "tensor parallelism: rank 1 is gone (test)");
+}
+
+static void test_broken_backend_stops_engine(void **state) {
+    (void)state;
+    CvllmEngine *e = engine(0, 0, 1, 0);
+    CvllmSamplingParams p = greedy(8);
+    int64_t ids[4];
+    for (int i = 0; i < 3; i++) ids[i] = cvllm_engine_add_request(e, g_prompts[i], LENS[i], &p);
+    const CvllmRequestOutput *outs;
+    int n;
+    assert_true(cvllm_engine_step(e, &outs, &n) >= 0); /* the three prefills run */
+    ids[3] = cvllm_engine_add_request(e, g_prompts[3], LENS[3], &p); /* waiting: the next batch */
+    Backend *b = engine_backend(e);
+    int (*saved)(Backend *, const StepInputs *, StepOutputs *) = b->forward;
+    b->forward = broken_forward;
+    assert_true(cvllm_engine_step(e, &outs, &n) < 0);
+    int errors = 0;
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < 4; i++)
+            if (outs[k].request_id == ids[i] && outs[k].finish_reason == CVLLM_FINISH_ERROR &&
+                outs[k].error && strstr(outs[k].error, "rank 1 is gone"))
+                errors++;
+    assert_int_equal(errors, 4); /* the one in the failed batch and the three not in it */
+    assert_true(cvllm_engine_add_request(e, g_prompts[0], LENS[0], &p) < 0);
+    assert_non_null(strstr(cvllm_last_error(), "rank 1 is gone"));
+    assert_true(cvllm_engine_run(e) < 0);
+    assert_non_null(strstr(cvllm_last_error(), "rank 1 is gone"));
+    b->forward = saved;
+    cvllm_engine_destroy(e);
+}
+
 static void test_kv_budget_too_small(void **state) {
     (void)state;
     CvllmEngineOptions o;
@@ -378,6 +419,7 @@ int main(void) {
         cmocka_unit_test(test_stop_token_ids),
         cmocka_unit_test(test_burst_shares_prefix_in_one_step),
         cmocka_unit_test(test_bad_requests_refused_alone),
+        cmocka_unit_test(test_broken_backend_stops_engine),
         cmocka_unit_test(test_kv_budget_too_small),
         cmocka_unit_test(test_create_errors),
     };

@@ -749,6 +749,7 @@ int cvllm_engine_run(CvllmEngine *e) {
         if (stop && !cvllm_engine_has_unfinished(e)) break;
     }
     publish(e);
+    if (e->broken) rc = cvllm_errorf(CVLLM_EBACKEND, "%s", e->broken); /* also if it broke before */
     return rc;
 }
 
@@ -846,6 +847,10 @@ const void *cvllm_engine_tokenizer(const CvllmEngine *e) { return e->tok; }
 static void forward_logits_hook(void *ctx, const Sequence *seq, const float *logits, int vocab) {
     CvllmEngine *e = ctx;
     e->logits_fn(e->logits_ctx, seq->id, logits, vocab);
+}
+
+struct Backend *engine_backend(CvllmEngine *e) {
+    return e->backend;
 }
 
 void engine_set_logits_hook(CvllmEngine *e, EngineLogitsFn fn, void *ctx) {

@@ -9,4 +9,8 @@
 typedef void (*EngineLogitsFn)(void *ctx, int64_t request_id, const float *logits, int vocab);
 void engine_set_logits_hook(CvllmEngine *e, EngineLogitsFn fn, void *ctx);
 
+/* The engine's backend (tests replace its functions to inject failures). */
+struct Backend;
+struct Backend *engine_backend(CvllmEngine *e);
+
 #endif
