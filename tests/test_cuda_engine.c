@@ -389,17 +389,30 @@ static void check_model(const char *model, const char *reference) {
     assert_int_equal(bad, 0);
 }
 
-static void test_golden_fixtures(void **state) {
-    (void)state;
+/* The golden fixtures: each folder tests/fixtures/golden/NAME and its reference.json. */
+typedef struct {
+    int n;
+    char dir[16][512], ref[16][512];
+} Fixtures;
+
+static void golden_fixtures(Fixtures *f) {
     glob_t g;
     assert_int_equal(glob("tests/fixtures/golden/*/reference.json", 0, NULL, &g), 0);
-    for (size_t i = 0; i < g.gl_pathc; i++) {
-        char dir[512];
-        snprintf(dir, sizeof dir, "%s", g.gl_pathv[i]);
-        *strrchr(dir, '/') = '\0';
-        check_model(dir, g.gl_pathv[i]);
+    f->n = 0;
+    for (size_t i = 0; i < g.gl_pathc && f->n < 16; i++, f->n++) {
+        snprintf(f->ref[f->n], sizeof f->ref[0], "%s", g.gl_pathv[i]);
+        snprintf(f->dir[f->n], sizeof f->dir[0], "%s", g.gl_pathv[i]);
+        *strrchr(f->dir[f->n], '/') = '\0';
     }
     globfree(&g);
+}
+
+static void test_golden_fixtures(void **state) {
+    (void)state;
+    Fixtures f;
+    golden_fixtures(&f);
+    for (int i = 0; i < f.n; i++)
+        check_model(f.dir[i], f.ref[i]);
 }
 
 static void test_trained_model(void **state) {
@@ -465,15 +478,10 @@ static void check_fp8(const char *model, const char *reference) {
 
 static void test_fp8_kv_cache(void **state) {
     (void)state;
-    glob_t g;
-    assert_int_equal(glob("tests/fixtures/golden/*/reference.json", 0, NULL, &g), 0);
-    for (size_t i = 0; i < g.gl_pathc; i++) {
-        char dir[512];
-        snprintf(dir, sizeof dir, "%s", g.gl_pathv[i]);
-        *strrchr(dir, '/') = '\0';
-        check_fp8(dir, g.gl_pathv[i]);
-    }
-    globfree(&g);
+    Fixtures f;
+    golden_fixtures(&f);
+    for (int i = 0; i < f.n; i++)
+        check_fp8(f.dir[i], f.ref[i]);
     check_fp8("models/cvllm-tiny-py", "tests/fixtures/trained/reference.json");
 }
 
@@ -596,15 +604,10 @@ static void test_tensor_parallel(void **state) {
         printf("  tensor parallelism %d: %d GPU here, skipped\n", tp, n);
         skip();
     }
-    glob_t g;
-    assert_int_equal(glob("tests/fixtures/golden/*/reference.json", 0, NULL, &g), 0);
-    for (size_t i = 0; i < g.gl_pathc; i++) {
-        char dir[512];
-        snprintf(dir, sizeof dir, "%s", g.gl_pathv[i]);
-        *strrchr(dir, '/') = '\0';
-        check_tp(dir, g.gl_pathv[i], tp);
-    }
-    globfree(&g);
+    Fixtures f;
+    golden_fixtures(&f);
+    for (int i = 0; i < f.n; i++)
+        check_tp(f.dir[i], f.ref[i], tp);
     check_tp("models/cvllm-tiny-py", "tests/fixtures/trained/reference.json", tp);
     const char *bin = getenv("CVLLM_BIN") ? getenv("CVLLM_BIN") : "cvllm";
     const char *presets[] = {"test-qwen3", "test-qwen2", "test-llama"};
