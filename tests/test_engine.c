@@ -363,6 +363,22 @@ static void test_broken_backend_stops_engine(void **state) {
     cvllm_engine_destroy(e);
 }
 
+/* A process started as a tensor-parallel rank whose main did not hand over to
+ * cvllm_worker_main() must not create an engine (it would start ranks of its own, and so on). */
+static void test_rank_process_creates_no_engine(void **state) {
+    (void)state;
+    setenv("CVLLM_TP_WORKER", "127.0.0.1:1 1 1", 1);
+    CvllmEngineOptions o;
+    cvllm_engine_options_default(&o);
+    o.device = CVLLM_DEVICE_CPU;
+    o.verbose = 0;
+    CvllmEngine *e = NULL;
+    int rc = cvllm_engine_create(g_model, &o, &e);
+    unsetenv("CVLLM_TP_WORKER");
+    assert_true(rc < 0 && e == NULL);
+    assert_non_null(strstr(cvllm_last_error(), "cvllm_worker_main"));
+}
+
 static void test_kv_budget_too_small(void **state) {
     (void)state;
     CvllmEngineOptions o;
@@ -420,6 +436,7 @@ int main(void) {
         cmocka_unit_test(test_burst_shares_prefix_in_one_step),
         cmocka_unit_test(test_bad_requests_refused_alone),
         cmocka_unit_test(test_broken_backend_stops_engine),
+        cmocka_unit_test(test_rank_process_creates_no_engine),
         cmocka_unit_test(test_kv_budget_too_small),
         cmocka_unit_test(test_create_errors),
     };
