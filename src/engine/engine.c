@@ -152,9 +152,12 @@ int cvllm_engine_create(const char *model_dir, const CvllmEngineOptions *opts, C
                             "this process was started as a tensor-parallel rank (CVLLM_TP_WORKER "
                             "is set) but did not call cvllm_worker_main() first thing in main; "
                             "it creates no engine (that would start ranks of its own)");
-    if (o.tensor_parallel_size < 0 || o.tensor_parallel_size > 64 || o.tp_local_ranks < 0)
+    if (o.tensor_parallel_size < 0 || o.tensor_parallel_size > 64)
         return cvllm_errorf(CVLLM_EINVAL, "tensor_parallel_size %d: must be in 1..64",
                             o.tensor_parallel_size);
+    if (o.tp_local_ranks < 0 || o.tp_local_ranks > o.tensor_parallel_size)
+        return cvllm_errorf(CVLLM_EINVAL, "tp_local_ranks %d: must be in 0..tensor_parallel_size",
+                            o.tp_local_ranks);
     if (o.tensor_parallel_size == 0) o.tensor_parallel_size = 1;
     if (o.tensor_parallel_size > 1 && o.device == CVLLM_DEVICE_CPU)
         return cvllm_errorf(CVLLM_EUNSUPPORTED,
@@ -738,10 +741,7 @@ int cvllm_engine_run(CvllmEngine *e) {
         if (cvllm_engine_has_unfinished(e)) {
             int r = cvllm_engine_step(e, NULL, NULL);
             if (r < 0) rc = r; /* the step's requests got the error; the others go on */
-            if (e->broken) { /* unless the backend can run nothing more */
-                rc = cvllm_errorf(CVLLM_EBACKEND, "%s", e->broken);
-                break;
-            }
+            if (e->broken) break; /* unless the backend can run nothing more (below) */
             continue;
         }
         pthread_mutex_lock(&e->mu);
