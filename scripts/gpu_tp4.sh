@@ -1,5 +1,6 @@
 #!/bin/bash
-# gpu_tp4.sh: tensor parallelism on 4 GPUs (issue 16; device tool `nvidia-h200-x4`), one call:
+# gpu_tp4.sh: tensor parallelism on 4 GPUs (issue 16; device tool `nvidia-h200-x4`; TP=8 on an
+# `nvidia-h200-x8`), one call:
 # test_cuda_engine's tensor-parallel test at TP 4 (golden fixtures, cvllm-tiny-py, the qwen3-0.6b
 # preset), `bench throughput` of the qwen3-8b preset at TP 4 (default workload, batch 1), and
 # --enforce-eager profiled runs at TP 2 and 4 (the all-reduce time per step, which the graphs
@@ -29,10 +30,11 @@ b() {
     --tensor-parallel-size "$tp" "$@" >> "$OUT/bench4.log" 2>&1
   printf '%-26s rc %d  %s\n' "$tag" $? "$(grep -h Throughput "$OUT/bench4.log" | tail -1)" | tee -a "$S"
 }
-b 8b-tp4-default $M8 4
-b 8b-tp4-batch1 $M8 4 --num-seqs 1 --input-len 16 --output-len 1024
+N=${TP:-4}
+b 8b-tp$N-default $M8 $N
+b 8b-tp$N-batch1 $M8 $N --num-seqs 1 --input-len 16 --output-len 1024
 CVLLM_CUDA_PROFILE=1 b 8b-tp2-batch1-eager-prof $M8 2 --num-seqs 1 --input-len 16 --output-len 256 --enforce-eager
-CVLLM_CUDA_PROFILE=1 b 8b-tp4-batch1-eager-prof $M8 4 --num-seqs 1 --input-len 16 --output-len 256 --enforce-eager
+CVLLM_CUDA_PROFILE=1 b 8b-tp$N-batch1-eager-prof $M8 $N --num-seqs 1 --input-len 16 --output-len 256 --enforce-eager
 CVLLM_CUDA_PROFILE=1 b 0.6b-tp2-default-eager-prof $M 2 --enforce-eager
 grep -E "==== |cuda profile: (decode|prefill) " "$OUT/bench4.log" | grep -v " 0 steps" | tee -a "$S"
 echo "done $(date -u)" | tee -a "$S"
