@@ -78,6 +78,13 @@ static const StepInputs *prepare(ModelRunner *r, Sequence **seqs, int n, int is_
     CHECK(n >= 1 && n <= r->max_num_seqs, "batch of %d sequences (limit %d)", n, r->max_num_seqs);
     int bs = r->block_size, t = 0, max_q = 0, max_k = 0, num_logits = 0, any_penalty = 0;
     r->cu_seqlens_q[0] = r->cu_seqlens_k[0] = 0;
+    /* block-table rows as wide as the batch's longest table, not max_model_len's (at 40,960
+     * tokens that would be 2,560 entries a row, most of them padding, written every step) */
+    int width = 1;
+    for (int i = 0; i < n; i++)
+        if (seqs[i]->num_blocks > width) width = seqs[i]->num_blocks;
+    CHECK(width <= r->max_blocks_per_seq, "a block table of %d blocks (limit %d)", width,
+          r->max_blocks_per_seq);
     for (int i = 0; i < n; i++) {
         Sequence *s = seqs[i];
         int start = is_prefill ? s->num_computed_tokens : s->num_tokens - 1;
@@ -104,9 +111,9 @@ static const StepInputs *prepare(ModelRunner *r, Sequence **seqs, int n, int is_
         r->context_lens[i] = end;
         if (len > max_q) max_q = len;
         if (end > max_k) max_k = end;
-        int32_t *row = r->block_tables + (size_t)i * r->max_blocks_per_seq;
+        int32_t *row = r->block_tables + (size_t)i * width;
         memcpy(row, s->block_table, (size_t)s->num_blocks * sizeof(int32_t));
-        for (int b = s->num_blocks; b < r->max_blocks_per_seq; b++) row[b] = -1;
+        for (int b = s->num_blocks; b < width; b++) row[b] = -1;
         if (end == s->num_tokens) {
             const SamplingParams *p = &s->params;
             SamplingRow *row = &r->sampling[num_logits];
@@ -143,7 +150,7 @@ static const StepInputs *prepare(ModelRunner *r, Sequence **seqs, int n, int is_
         .max_seqlen_k = max_k,
         .context_lens = r->context_lens,
         .block_tables = r->block_tables,
-        .max_blocks_per_seq = r->max_blocks_per_seq,
+        .max_blocks_per_seq = width,
         .logits_indices = r->logits_indices,
         .num_logits = num_logits,
         .sampling = r->sampling,
