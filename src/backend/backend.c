@@ -153,7 +153,7 @@ int cvllm_worker_run(const char *addr, int rank, int device_id, const char *mode
 }
 
 int cvllm_worker_main(void) {
-    const char *spec = getenv("CVLLM_TP_WORKER");
+    const char *spec = getenv(CVLLM_TP_WORKER_ENV);
     if (!spec || !*spec) return -1;
     char addr[300];
     int rank = -1, dev = -1;
@@ -163,6 +163,6 @@ int cvllm_worker_main(void) {
         return 2;
     }
     /* not inherited by whatever this process starts */
-    unsetenv("CVLLM_TP_WORKER");
+    unsetenv(CVLLM_TP_WORKER_ENV);
     return cvllm_worker_run(addr, rank, dev, NULL, 30.0); /* rank 0 listens already */
 }

@@ -142,6 +142,10 @@ struct Backend {
     void (*destroy)(Backend *b);
 };
 
+/* The environment variable that makes a process a tensor-parallel rank started by rank 0:
+ * "HOST:PORT RANK DEVICE" (set by src/backend/cuda/tp.c, read by cvllm_worker_main). */
+#define CVLLM_TP_WORKER_ENV "CVLLM_TP_WORKER"
+
 /* What a backend was sized for, to check a step against (step_inputs_check). */
 typedef struct {
     int max_num_tokens, max_num_seqs, max_model_len, vocab_size;

@@ -147,7 +147,7 @@ int cvllm_engine_create(const char *model_dir, const CvllmEngineOptions *opts, C
         return cvllm_errorf(CVLLM_EINVAL, "negative engine option");
     if (!(o.gpu_memory_utilization >= 0 && o.gpu_memory_utilization <= 1))
         return cvllm_errorf(CVLLM_EINVAL, "gpu_memory_utilization must be in (0, 1]");
-    if (getenv("CVLLM_TP_WORKER")) /* started as a rank, but main did not hand it over */
+    if (getenv(CVLLM_TP_WORKER_ENV)) /* started as a rank, but main did not hand it over */
         return cvllm_errorf(CVLLM_EINVAL,
                             "this process was started as a tensor-parallel rank (CVLLM_TP_WORKER "
                             "is set) but did not call cvllm_worker_main() first thing in main; "

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "common.h"
 
 extern char **environ;
@@ -91,7 +92,16 @@ int tp_rank(const TpGroup *g) { return g->rank; }
 int tp_size(const TpGroup *g) { return g->size; }
 int tp_failed(const TpGroup *g) { return g->failed; }
 
-/* How a local worker ended, or "" if still running / not ours. */
+/* "pid P killed by signal S, NAME" or "pid P exited with status N" from a waitpid status. */
+static void status_text(pid_t p, int st, char *buf, size_t n) {
+    if (WIFSIGNALED(st))
+        snprintf(buf, n, "pid %d killed by signal %d, %s", (int)p, WTERMSIG(st),
+                 strsignal(WTERMSIG(st)));
+    else
+        snprintf(buf, n, "pid %d exited with status %d", (int)p, WEXITSTATUS(st));
+}
+
+/* How a local worker ended, " (...)", or "" if still running / not ours. */
 static void describe_exit(TpGroup *g, int r, char *buf, size_t n) {
     buf[0] = '\0';
     if (g->rank != 0 || !g->pid || g->pid[r] <= 0) return;
@@ -101,11 +111,9 @@ static void describe_exit(TpGroup *g, int r, char *buf, size_t n) {
         usleep(2000); /* up to 2 s: a process with a GPU context takes a moment to end */
     if (p != g->pid[r]) return;
     g->pid[r] = 0;
-    if (WIFSIGNALED(st))
-        snprintf(buf, n, " (pid %d killed by signal %d, %s)", (int)p, WTERMSIG(st),
-                 strsignal(WTERMSIG(st)));
-    else if (WIFEXITED(st))
-        snprintf(buf, n, " (pid %d exited with status %d)", (int)p, WEXITSTATUS(st));
+    char s[120];
+    status_text(p, st, s, sizeof s);
+    snprintf(buf, n, " (%s)", s);
 }
 
 /* ---------------------------------------------------------------- sockets */
@@ -224,10 +232,10 @@ static int spawn_worker(TpGroup *g, int r, const char *connect_addr) {
     char **env = xcalloc((size_t)n + 2, sizeof(char *));
     int k = 0;
     for (int i = 0; i < n; i++) /* the environment as it is (NCCL_* included), ours replaced */
-        if (strncmp(environ[i], TP_WORKER_ENV "=", strlen(TP_WORKER_ENV) + 1) != 0)
+        if (strncmp(environ[i], CVLLM_TP_WORKER_ENV "=", strlen(CVLLM_TP_WORKER_ENV) + 1) != 0)
             env[k++] = environ[i];
     char var[400];
-    snprintf(var, sizeof var, "%s=%s %d %d", TP_WORKER_ENV, connect_addr, r, r);
+    snprintf(var, sizeof var, "%s=%s %d %d", CVLLM_TP_WORKER_ENV, connect_addr, r, r);
     env[k++] = var;
     env[k] = NULL;
     char name[32];
@@ -286,12 +294,10 @@ int tp_group_start(TpGroup **out, int size, const char *addr, int local_ranks, d
             if (g->fd[r] < 0 && g->pid[r] > 0) {
                 int st;
                 if (waitpid(g->pid[r], &st, WNOHANG) == g->pid[r]) {
+                    status_text(g->pid[r], st, why, sizeof why);
                     g->pid[r] = 0;
-                    snprintf(why, sizeof why, "%s %d",
-                             WIFSIGNALED(st) ? "killed by signal" : "exited with status",
-                             WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
                     rc = cvllm_errorf(CVLLM_EBACKEND,
-                                      "tensor parallelism: rank %d %s before it connected (a "
+                                      "tensor parallelism: rank %d (%s) ended before it connected (a "
                                       "program using tensor parallelism calls "
                                       "cvllm_worker_main() first thing in main)",
                                       r, why);

@@ -73,8 +73,4 @@ int tp_stream_wait(TpGroup *g, cudaStream_t st);
  * A worker: closes its connection. Frees g (NULL: nothing). */
 void tp_group_close(TpGroup *g);
 
-/* The environment variable that makes a process started by tp_group_start a worker:
- * "HOST:PORT RANK DEVICE". */
-#define TP_WORKER_ENV "CVLLM_TP_WORKER"
-
 #endif
