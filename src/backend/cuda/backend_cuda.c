@@ -127,8 +127,11 @@ typedef struct {
     float *logits; /* [Smax, V] */
     float *logits_shard;  /* [Smax, Vs] this rank's lm_head slice (one GPU: = logits) */
     float *logits_gather; /* rank 0 of several: [world][Smax * Vs] every rank's slice */
-    void *attn_ws; /* decode partitions */
+    void *attn_ws; /* decode partial states */
     size_t attn_ws_bytes;
+    int32_t *d_plan, *h_plan; /* the decode attention's plan (decode_plan.h), staged each decode */
+    int32_t *d_dec_sem;       /* its merge counters [Smax x units], zeros between kernels */
+    int plan_grid_x, plan_cap, use_plan;
     void *gemm_ws;
     CudaGemm *gemm;
     /* step inputs (device) and their pinned host staging, same layout */
@@ -413,6 +416,14 @@ static int alloc_workspace(CudaBackend *c) {
         if (b > c->attn_ws_bytes) c->attn_ws_bytes = b;
         if (parts > parts_max) parts_max = parts;
     }
+    /* the planned decode (CVLLM_CUDA_DEC_PLAN=0: the partitions above, for comparison) */
+    const char *pe = getenv("CVLLM_CUDA_DEC_PLAN");
+    c->use_plan = !(pe && atoi(pe) == 0);
+    const int units = attention_decode_units(c->heads, c->kvh);
+    c->plan_grid_x = decode_plan_grid_x(units, c->num_sms);
+    c->plan_cap = decode_plan_capacity(c->Smax, c->plan_grid_x);
+    if (attention_decode_plan_ws_bytes(c->plan_cap, c->heads, c->hd) > c->attn_ws_bytes)
+        c->attn_ws_bytes = attention_decode_plan_ws_bytes(c->plan_cap, c->heads, c->hd);
     for (int pass = 0; pass < 2; pass++) {
         char *base = c->d_ws;
         size_t off = 0;
@@ -430,6 +441,7 @@ static int alloc_workspace(CudaBackend *c) {
         c->logits_gather =
             c->world > 1 && c->rank == 0 ? carve(base, &off, (size_t)c->world * S * c->Vs * 4) : NULL;
         c->attn_ws = carve(base, &off, c->attn_ws_bytes);
+        c->d_dec_sem = carve(base, &off, S * units * 4);
         c->gemm_ws = carve(base, &off, GEMM_WS_BYTES);
         c->d_sampler_scratch = carve(base, &off, sampler_cuda_scratch_bytes(c->Smax, c->V));
         if (pass == 0) {
@@ -446,6 +458,7 @@ static int alloc_workspace(CudaBackend *c) {
         }
     }
     CUDA_TRY(cudaMemset(c->d_sampler_scratch, 0, sampler_cuda_scratch_bytes(c->Smax, c->V)));
+    CUDA_TRY(cudaMemset(c->d_dec_sem, 0, S * units * 4));
     /* step inputs: the same layout on both sides, so each array is one copy */
     c->hist_cap = (int64_t)c->Smax * (c->opt.max_model_len + 1);
     for (int pass = 0; pass < 2; pass++) {
@@ -463,6 +476,7 @@ static int alloc_workspace(CudaBackend *c) {
                     *top = carve(base, &off, S * CUDA_SAMPLER_MAX_LOGPROBS * 4);
             float *lp = carve(base, &off, S * 4),
                   *tlp = carve(base, &off, S * CUDA_SAMPLER_MAX_LOGPROBS * 4);
+            int32_t *plan = carve(base, &off, decode_plan_ints(c->Smax, c->plan_cap) * 4);
             if (pass == 0) {
                 c->in_bytes = off;
                 break;
@@ -470,11 +484,11 @@ static int alloc_workspace(CudaBackend *c) {
             if (side == 0) {
                 c->d_ids = ids, c->d_pos = pos, c->d_slots = slots, c->d_cu_q = cu, c->d_ctx = ctx;
                 c->d_lidx = lidx, c->d_tables = tables, c->d_rows = rows, c->d_hist = hist;
-                c->d_tok = tok, c->d_top = top, c->d_lp = lp, c->d_tlp = tlp;
+                c->d_tok = tok, c->d_top = top, c->d_lp = lp, c->d_tlp = tlp, c->d_plan = plan;
             } else {
                 c->h_ids = ids, c->h_pos = pos, c->h_slots = slots, c->h_cu_q = cu, c->h_ctx = ctx;
                 c->h_lidx = lidx, c->h_tables = tables, c->h_rows = rows, c->h_hist = hist;
-                c->h_tok = tok, c->h_top = top, c->h_lp = lp, c->h_tlp = tlp;
+                c->h_tok = tok, c->h_top = top, c->h_lp = lp, c->h_tlp = tlp, c->h_plan = plan;
             }
         }
         if (pass == 0) {
@@ -808,7 +822,10 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
                           .block_tables = c->d_tables,
                           .max_blocks_per_seq = c->max_blocks,
                           .max_seqlen_q = m->max_q,
-                          .max_seqlen_k = m->max_k};
+                          .max_seqlen_k = m->max_k,
+                          .dec_plan = c->use_plan ? c->d_plan : NULL,
+                          .dec_sem = c->d_dec_sem,
+                          .dec_grid_x = c->plan_grid_x};
     int parts = m->parts;
     if (m->decode && parts <= 0) parts = attention_decode_num_parts(&ap, c->num_sms);
     for (int l = 0; l < c->L; l++) {
@@ -884,6 +901,15 @@ static int copy_inputs(CudaBackend *c, int T, int S, int n_logits) {
                                  st));
     CUDA_TRY(cudaMemcpyAsync(c->d_tables, c->h_tables, (size_t)S * c->max_blocks * 4,
                              cudaMemcpyHostToDevice, st));
+    return 0;
+}
+
+/* A decode step's attention plan from the staged context lengths of S lanes, to the device. */
+static int stage_plan(CudaBackend *c, int S) {
+    if (!c->use_plan) return 0;
+    decode_plan_build(c->h_plan, c->h_ctx, S, c->Smax, c->plan_grid_x);
+    CUDA_TRY(cudaMemcpyAsync(c->d_plan, c->h_plan, decode_plan_used_ints(c->h_plan) * 4,
+                             cudaMemcpyHostToDevice, c->stream));
     return 0;
 }
 
@@ -1088,6 +1114,7 @@ static int cuda_warmup(Backend *b) {
         for (int s = 0; s < B; s++)
             c->h_tables[(size_t)s * c->max_blocks] = 0;
         TRY(copy_inputs(c, B, B, B));
+        TRY(stage_plan(c, B));
         AttentionParams ap = {.n_heads = c->heads,
                               .n_kv_heads = c->kvh,
                               .hd = c->hd,
@@ -1187,6 +1214,7 @@ typedef struct {
 static int launch_step(CudaBackend *c, const StepLaunch *sl) {
     PROF(c, PC_INPUTS);
     TRY(copy_inputs(c, sl->T, sl->S, sl->n));
+    if (sl->decode) TRY(stage_plan(c, sl->S));
     if (sl->bucket >= 0) {
         PROF(c, PC_GRAPH);
         CUDA_TRY(cudaGraphLaunch(c->graphs[sl->bucket], c->stream));

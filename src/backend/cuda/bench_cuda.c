@@ -135,7 +135,16 @@ static int bench_attention(int num_sms, cudaStream_t st) {
     BCHECK(cudaMalloc(&v, cache * 2));
     BCHECK(cudaMalloc(&q, (size_t)Cmax * (nh + 2 * nkv) * hd * 4));
     BCHECK(cudaMalloc(&out, (size_t)Cmax * nh * hd * 2));
-    BCHECK(cudaMalloc(&ws, (size_t)(Bmax + 4 * num_sms) * nh * (hd + 2) * 4 * 2));
+    const int plan_gx = decode_plan_grid_x(attention_decode_units(nh, nkv), num_sms);
+    const int plan_cap = decode_plan_capacity(Bmax, plan_gx);
+    size_t wsb = (size_t)(Bmax + 4 * num_sms) * nh * (hd + 2) * 4 * 2;
+    if (attention_decode_plan_ws_bytes(plan_cap, nh, hd) > wsb)
+        wsb = attention_decode_plan_ws_bytes(plan_cap, nh, hd);
+    BCHECK(cudaMalloc(&ws, wsb));
+    int32_t *plan, *sem, *hplan = xmalloc(decode_plan_ints(Bmax, plan_cap) * 4);
+    BCHECK(cudaMalloc((void **)&plan, decode_plan_ints(Bmax, plan_cap) * 4));
+    BCHECK(cudaMalloc((void **)&sem, (size_t)Bmax * nh * 4));
+    cudaMemset(sem, 0, (size_t)Bmax * nh * 4);
     fill_random_bf16(k, cache);
     fill_random_bf16(v, cache);
     cudaMemset(q, 0, (size_t)Cmax * (nh + 2 * nkv) * hd * 4);
@@ -147,15 +156,22 @@ static int bench_attention(int num_sms, cudaStream_t st) {
     BCHECK(cudaMalloc((void **)&ctx, Bmax * 4));
     cudaMemcpy(tables, ht, (size_t)Bmax * (Cmax / bs) * 4, cudaMemcpyHostToDevice);
     printf("decode attention (16 heads / 8 kv heads, head_dim 128, bf16 cache, block 16): ms, GB/s "
-           "of K+V\n");
-    const int Bs[] = {1, 16, 64}, Cs[] = {512, 2048, 8192};
+           "of K+V (context: each sequence's, or the mean of mixed ones)\n");
+    /* C = 0: mixed contexts, 100 .. 8191 keys (a batch in flight: the longest sets the tail) */
+    const int Bs[] = {1, 16, 64}, Cs[] = {512, 2048, 8192, 0};
     for (int bi = 0; bi < 3; bi++)
-        for (int ci = 0; ci < 3; ci++) {
-            const int B = Bs[bi], C = Cs[ci];
+        for (int ci = 0; ci < 4; ci++) {
+            const int B = Bs[bi];
+            if (!Cs[ci] && B == 1) continue;
+            int64_t keys = 0;
             for (int i = 0; i <= B; i++)
                 hcu[i] = i;
             for (int i = 0; i < B; i++)
-                hctx[i] = C;
+                keys += hctx[i] = Cs[ci] ? Cs[ci] : 100 + (int)(((int64_t)i * 2654435761u) % 8092);
+            const int C = (int)(keys / B); /* the mean */
+            int maxc = 0;
+            for (int i = 0; i < B; i++)
+                maxc = hctx[i] > maxc ? hctx[i] : maxc;
             cudaMemcpy(cu, hcu, (B + 1) * 4, cudaMemcpyHostToDevice);
             cudaMemcpy(ctx, hctx, B * 4, cudaMemcpyHostToDevice);
             AttnCtx a = {.p = {.q = q,
@@ -176,13 +192,21 @@ static int bench_attention(int num_sms, cudaStream_t st) {
                                .block_tables = tables,
                                .max_blocks_per_seq = Cmax / bs,
                                .max_seqlen_q = 1,
-                               .max_seqlen_k = C},
+                               .max_seqlen_k = maxc},
                          .decode = 1,
                          .ws = ws};
             a.parts = attention_decode_num_parts(&a.p, num_sms);
             float ms = time_ms(attn_launch, &a, st, 20);
             printf("  B %3d  context %5d  parts %2d  %8.4f ms  %7.0f GB/s\n", B, C, a.parts, ms,
                    2.0 * B * C * nkv * hd * 2 / (ms * 1e6));
+            /* the backend's way: the plan (decode_plan.h) */
+            const int gx = decode_plan_grid_x(attention_decode_units(nh, nkv), num_sms);
+            decode_plan_build(hplan, hctx, B, Bmax, gx);
+            cudaMemcpy(plan, hplan, decode_plan_used_ints(hplan) * 4, cudaMemcpyHostToDevice);
+            a.p.dec_plan = plan, a.p.dec_sem = sem, a.p.dec_grid_x = gx;
+            ms = time_ms(attn_launch, &a, st, 20);
+            printf("  B %3d  context %5d  plan %4d items of %4d keys  %8.4f ms  %7.0f GB/s\n", B,
+                   C, hplan[0], hplan[1], ms, 2.0 * B * C * nkv * hd * 2 / (ms * 1e6));
         }
     printf("prefill attention (one sequence, causal, same heads): ms, TFLOP/s\n");
     const int Ps[] = {512, 2048, 8192};
@@ -215,9 +239,9 @@ static int bench_attention(int num_sms, cudaStream_t st) {
         printf("  tokens %5d  %8.3f ms  %6.2f TFLOP/s\n", P, ms,
                4.0 * nh * hd * (double)P * P / 2 / (ms * 1e9));
     }
-    free(ht);
+    free(ht), free(hplan);
     cudaFree(k), cudaFree(v), cudaFree(q), cudaFree(out), cudaFree(ws), cudaFree(tables),
-        cudaFree(cu), cudaFree(ctx);
+        cudaFree(cu), cudaFree(ctx), cudaFree(plan), cudaFree(sem);
     return 0;
 }
 
