@@ -9,7 +9,9 @@
 # (the build before the change), a profiled --enforce-eager run (the decode step by op class),
 # the engine tests, and `bench ops --device cuda` for both binaries. Logs: $OUT/bench.log.
 # VARIANTS=1 adds the switched-off runs (CVLLM_CUDA_GEMV_MAX_T=0, CVLLM_CUDA_GEMV=wide|warp,
-# CVLLM_CUDA_ATTN_SIMT=1).
+# CVLLM_CUDA_ATTN_SIMT=1); SWITCHES=1 the planned decode attention, the tuned products and the
+# programmatic launches switched off one at a time (CVLLM_CUDA_DEC_PLAN=0, CVLLM_CUDA_GEMM_TUNE=0,
+# CVLLM_CUDA_PDL=0) and the fp8 cache with and without the plan. NO_SECOND=1 skips the second runs.
 H=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp}
 L=$OUT/bench.log
@@ -53,7 +55,7 @@ b() {
 }
 
 echo "== test_cuda_kernels"
-TEST_TIMEOUT=170 timeout 180 bash "$H/run.sh" test_cuda_kernels >"$OUT/test_cuda_kernels.log" 2>&1
+TEST_TIMEOUT=290 timeout 300 bash "$H/run.sh" test_cuda_kernels >"$OUT/test_cuda_kernels.log" 2>&1
 echo "test_cuda_kernels exit $?" | tee -a "$OUT/summary.txt"
 grep -E "tensor cores\)|PASSED|FAILED|OK \]|FAILED \]|relative error" "$OUT/test_cuda_kernels.log" | tail -40
 
@@ -69,10 +71,12 @@ if [ -x "$H/bin/cvllm-base" ]; then
     b base-prefill cvllm-base prefill
 fi
 # a second run of each (the spread between runs)
-b new-default-2 cvllm default
-b new-fixed-2 cvllm fixed
-b new-batch1-2 cvllm batch1
-b new-prefill-2 cvllm prefill
+if [ -z "${NO_SECOND:-}" ]; then
+    b new-default-2 cvllm default
+    b new-fixed-2 cvllm fixed
+    b new-batch1-2 cvllm batch1
+    b new-prefill-2 cvllm prefill
+fi
 if [ -n "${VARIANTS:-}" ]; then
     b new-batch1-nogemv cvllm batch1 CVLLM_CUDA_GEMV_MAX_T=0
     b new-batch1-gemv-wide cvllm batch1 CVLLM_CUDA_GEMV=wide
@@ -80,15 +84,19 @@ if [ -n "${VARIANTS:-}" ]; then
     b new-prefill-simt cvllm prefill CVLLM_CUDA_ATTN_SIMT=1
 fi
 b new-default-eager-prof cvllm default CVLLM_CUDA_PROFILE=1 -- --enforce-eager
-if [ -n "${OCC:-}" ]; then # the decode kernel with the compiler's registers (CVLLM_CUDA_DEC_OCC=1)
-    CVLLM_CUDA_DEC_OCC=1 CVLLM_TEST_FILTER='test_attention_decode' timeout 120 \
-        bash "$H/run.sh" test_cuda_kernels >>"$L" 2>&1
-    echo "test_attention_decode with CVLLM_CUDA_DEC_OCC=1: exit $?" | tee -a "$OUT/summary.txt"
-    b occ1-default cvllm default CVLLM_CUDA_DEC_OCC=1
-    b occ1-fixed cvllm fixed CVLLM_CUDA_DEC_OCC=1
-    echo "==== bench ops attention, CVLLM_CUDA_DEC_OCC=1" >>"$L"
-    CVLLM_CUDA_DEC_OCC=1 timeout 60 bash "$H/run.sh" cvllm bench ops --device cuda attention >>"$L" 2>&1
-    grep -A10 "^decode attention" "$L" | tail -11
+if [ -n "${SWITCHES:-}" ]; then # each of this round's changes switched off, and the fp8 cache
+    b noplan-default cvllm default CVLLM_CUDA_DEC_PLAN=0
+    b notune-default cvllm default CVLLM_CUDA_GEMM_TUNE=0
+    b nopdl-default cvllm default CVLLM_CUDA_PDL=0
+    b noplan-fixed cvllm fixed CVLLM_CUDA_DEC_PLAN=0
+    b nopdl-batch1 cvllm batch1 CVLLM_CUDA_PDL=0
+    b noplan-batch1 cvllm batch1 CVLLM_CUDA_DEC_PLAN=0
+    b fp8-default cvllm default -- --kv-cache-dtype fp8
+    b fp8-noplan-default cvllm default CVLLM_CUDA_DEC_PLAN=0 -- --kv-cache-dtype fp8
+    echo "==== bench ops gemm, CVLLM_CUDA_GEMM_TUNE=0" >>"$L"
+    CVLLM_CUDA_GEMM_TUNE=0 timeout 60 bash "$H/run.sh" cvllm bench ops --device cuda gemm >>"$L" 2>&1
+    echo "==== bench ops decode, CVLLM_CUDA_PDL=0" >>"$L"
+    CVLLM_CUDA_PDL=0 timeout 60 bash "$H/run.sh" cvllm bench ops --device cuda decode >>"$L" 2>&1
 fi
 grep -h "cuda profile" "$L"
 

@@ -370,6 +370,8 @@ __device__ __forceinline__ void merge_states(const AttentionParams &p, const flo
 template <typename C, int HD, int QH, int MINB = 1>
 __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     attention_decode_kernel(AttentionParams p, int num_parts, float *ws) {
+    pdl_wait();
+    pdl_trigger();
     const int part = blockIdx.x, s = blockIdx.z;
     const int group = p.n_heads / p.n_kv_heads, chunks = (group + QH - 1) / QH;
     const int kvh = blockIdx.y / chunks, chunk = blockIdx.y % chunks;
@@ -387,6 +389,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
 
 /* Merges the partitions of each (sequence, query head): a block per pair, a thread per element. */
 __global__ void attention_decode_merge_kernel(AttentionParams p, int num_parts, const float *ws) {
+    pdl_wait();
+    pdl_trigger();
     const int h = blockIdx.x, s = blockIdx.y;
     const int t = p.cu_seqlens_q[s + 1] - 1;
     if (t < 0) return;
@@ -403,6 +407,8 @@ __global__ void attention_decode_merge_kernel(AttentionParams p, int num_parts, 
 template <typename C, int HD, int QH, int MINB = 1>
 __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     attention_decode_plan_kernel(AttentionParams p, float *ws) {
+    pdl_wait();
+    pdl_trigger();
     const int32_t *plan = p.dec_plan;
     const int n_items = plan[0], part = plan[1], cap = plan[2], max_seqs = plan[3];
     const int32_t *off = plan + DECODE_PLAN_HEADER, *item_seq = off + max_seqs + 1;
@@ -488,10 +494,11 @@ static void launch_decode_qh(const AttentionParams &p, int num_parts, float *ws,
     const int threads = DEC_WARPS * 32, units = attention_decode_units(p.n_heads, p.n_kv_heads);
     if (p.dec_plan) {
         dim3 grid(p.dec_grid_x, units);
-        attention_decode_plan_kernel<C, HD, QH, MINB><<<grid, threads, 0, stream>>>(p, ws);
+        pdl_launch(attention_decode_plan_kernel<C, HD, QH, MINB>, grid, threads, 0, stream, p, ws);
     } else {
         dim3 grid(num_parts, units, p.num_seqs);
-        attention_decode_kernel<C, HD, QH, MINB><<<grid, threads, 0, stream>>>(p, num_parts, ws);
+        pdl_launch(attention_decode_kernel<C, HD, QH, MINB>, grid, threads, 0, stream, p,
+                   num_parts, ws);
     }
 }
 
@@ -579,7 +586,7 @@ extern "C" int attention_decode_cuda(const AttentionParams *p, int num_parts, vo
     if (!p->dec_plan && num_parts > 1) {
         dim3 grid(p->n_heads, p->num_seqs);
         const int threads = p->hd < 32 ? 32 : p->hd;
-        attention_decode_merge_kernel<<<grid, threads, 0, stream>>>(*p, num_parts, ws);
+        pdl_launch(attention_decode_merge_kernel, grid, threads, 0, stream, *p, num_parts, ws);
         CUDA_LAUNCH_TRY();
     }
     return 0;

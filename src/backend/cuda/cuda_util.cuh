@@ -80,6 +80,46 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+/* Programmatic dependent launch (sm_90 and later): a kernel launched by pdl_launch may be
+ * scheduled while the kernel before it on the stream is still running; it must call pdl_wait()
+ * before its first global memory access (read or write), which returns once the kernel before
+ * has completed and its writes are visible. pdl_trigger() tells the hardware that the kernel after
+ * may be launched now: its blocks become resident only after every block of this one has started
+ * (so nothing of this kernel waits for them), and then wait in pdl_wait(). What is hidden is the
+ * launch and scheduling of the next kernel (a few us at each of the ~300 kernel boundaries of a
+ * batch-1 decode step). In a CUDA graph the edges become programmatic ones. Kernels that are not
+ * launched by pdl_launch (cuBLASLt's, NCCL's) order as usual. Below sm_90 both are no-ops and the
+ * launch attribute is not set. CVLLM_CUDA_PDL=0 turns it off. */
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+/* Whether launches set the programmatic attribute (compute capability >= 9.0 on the current
+ * device, CVLLM_CUDA_PDL not 0); decided once per process. */
+extern "C" int cuda_pdl_enabled(void);
+
+template <typename... KArgs, typename... Args>
+static inline cudaError_t pdl_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                     cudaStream_t stream, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = cuda_pdl_enabled() ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, ((KArgs)args)...);
+}
+
 /* Calls f.template operator()<T>() with T the C++ type of dt. */
 #define DISPATCH_DTYPE(dt, T, ...)                                                                 \
     do {                                                                                           \

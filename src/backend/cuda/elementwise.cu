@@ -14,6 +14,7 @@
  *   silu_mul_cuda         <- silu_mul_cpu
  *   gather_rows_cuda      <- the logits_indices rows of cpu_forward */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda_util.cuh"
 
@@ -22,11 +23,25 @@ extern "C" int cuda_error(cudaError_t e, const char *file, int line, const char 
                         cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
+extern "C" int cuda_pdl_enabled(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CVLLM_CUDA_PDL");
+        int dev = 0, major = 0;
+        v = !(e && atoi(e) == 0) && cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+            major >= 9;
+    }
+    return v;
+}
+
 /* ------------------------------------------------------------------ embedding */
 
 template <typename T>
 __global__ void embedding_kernel(float *x, const T *embed, const int32_t *ids, int H, int v0,
                                  int nv) {
+    pdl_wait();
+    pdl_trigger();
     const int t = blockIdx.x;
     const int id = ids[t] - v0;
     float *y = x + (int64_t)t * H;
@@ -44,8 +59,8 @@ extern "C" int embedding_cuda(float *d_x, const void *d_embed, DType edt, const 
                               int T, int H, int v0, int nv, cudaStream_t stream) {
     if (T <= 0) return 0;
     DISPATCH_DTYPE(edt, E,
-                   embedding_kernel<E><<<T, 256, 0, stream>>>(d_x, (const E *)d_embed, d_ids, H,
-                                                              v0, nv));
+                   pdl_launch(embedding_kernel<E>, T, 256, 0, stream, d_x, (const E *)d_embed, d_ids,
+                              H, v0, nv));
     CUDA_LAUNCH_TRY();
     return 0;
 }
@@ -67,6 +82,8 @@ __device__ float block_sum(float v) {
 template <typename A>
 __global__ void residual_rmsnorm_kernel(float *x, const float *add, const float *w, A *h, int H,
                                         float eps) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t t = blockIdx.x;
     float *xr = x + t * H;
     float ss = 0.0f;
@@ -90,8 +107,8 @@ extern "C" int residual_rmsnorm_cuda(float *d_x, const float *d_add, const float
     if (T <= 0) return 0;
     const int threads = H >= 1024 ? 1024 : (H + 31) / 32 * 32;
     DISPATCH_DTYPE(adt, A,
-                   residual_rmsnorm_kernel<A>
-                   <<<T, threads, 0, stream>>>(d_x, d_add, d_w, (A *)d_h, H, eps));
+                   pdl_launch(residual_rmsnorm_kernel<A>, T, threads, 0, stream, d_x, d_add, d_w,
+                              (A *)d_h, H, eps));
     CUDA_LAUNCH_TRY();
     return 0;
 }
@@ -99,6 +116,8 @@ extern "C" int residual_rmsnorm_cuda(float *d_x, const float *d_add, const float
 /* ------------------------------------------------------------------ bias */
 
 __global__ void add_bias_kernel(float *y, int64_t ld, const float *bias, int N) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t t = blockIdx.x;
     for (int n = threadIdx.x; n < N; n += blockDim.x)
         y[t * ld + n] += bias[n];
@@ -107,7 +126,7 @@ __global__ void add_bias_kernel(float *y, int64_t ld, const float *bias, int N) 
 extern "C" int add_bias_cuda(float *d_y, int64_t ld, const float *d_bias, int T, int N,
                              cudaStream_t stream) {
     if (T <= 0) return 0;
-    add_bias_kernel<<<T, 256, 0, stream>>>(d_y, ld, d_bias, N);
+    pdl_launch(add_bias_kernel, T, 256, 0, stream, d_y, ld, d_bias, N);
     CUDA_LAUNCH_TRY();
     return 0;
 }
@@ -179,6 +198,8 @@ __global__ void qk_norm_rope_store_kernel(float *qkv, int64_t ld, const int32_t 
                                           const float *k_norm, int n_heads, int n_kv_heads, int hd,
                                           float eps, C *kc, C *vc, const int64_t *slots,
                                           float k_scale, float v_scale) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t t = blockIdx.x;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int half = hd / 2, kv_dim = n_kv_heads * hd;
@@ -238,7 +259,7 @@ extern "C" int qk_norm_rope_store_cuda(float *d_qkv, int64_t ld, const int32_t *
     int threads = T <= 512 ? 32 * (n_heads + 2 * n_kv_heads) : 256;
     if (threads > 1024) threads = 1024;
     DISPATCH_KV_DTYPE(kvdt, C,
-                      qk_norm_rope_store_kernel<C><<<T, threads, 0, stream>>>(
+                      pdl_launch(qk_norm_rope_store_kernel<C>, T, threads, 0, stream,
                           d_qkv, ld, d_positions, d_inv_freq, d_q_norm, d_k_norm, n_heads,
                           n_kv_heads, hd, eps, (C *)d_k_cache, (C *)d_v_cache, d_slot_mapping,
                           k_scale, v_scale));
@@ -279,6 +300,8 @@ extern "C" int store_kvcache_cuda(const float *d_k, const float *d_v, int64_t ld
 /* ------------------------------------------------------------------ silu * mul */
 
 template <typename A> __global__ void silu_mul_kernel(A *g, const float *gu, int I) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t t = blockIdx.y;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= I) return;
@@ -290,7 +313,7 @@ extern "C" int silu_mul_cuda(void *d_g, DType adt, const float *d_gu, int T, int
                              cudaStream_t stream) {
     if (T <= 0) return 0;
     dim3 grid((I + 255) / 256, T);
-    DISPATCH_DTYPE(adt, A, silu_mul_kernel<A><<<grid, 256, 0, stream>>>((A *)d_g, d_gu, I));
+    DISPATCH_DTYPE(adt, A, pdl_launch(silu_mul_kernel<A>, grid, 256, 0, stream, (A *)d_g, d_gu, I));
     CUDA_LAUNCH_TRY();
     return 0;
 }
@@ -298,6 +321,8 @@ extern "C" int silu_mul_cuda(void *d_g, DType adt, const float *d_gu, int T, int
 /* ------------------------------------------------------------------ gather */
 
 __global__ void gather_rows_kernel(float *y, const float *x, const int32_t *idx, int H) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t i = blockIdx.x, src = idx[i];
     for (int c = threadIdx.x; c < H; c += blockDim.x)
         y[i * H + c] = x[src * H + c];
@@ -306,7 +331,7 @@ __global__ void gather_rows_kernel(float *y, const float *x, const int32_t *idx,
 extern "C" int gather_rows_cuda(float *d_y, const float *d_x, const int32_t *d_idx, int n, int H,
                                 cudaStream_t stream) {
     if (n <= 0) return 0;
-    gather_rows_kernel<<<n, 256, 0, stream>>>(d_y, d_x, d_idx, H);
+    pdl_launch(gather_rows_kernel, n, 256, 0, stream, d_y, d_x, d_idx, H);
     CUDA_LAUNCH_TRY();
     return 0;
 }
@@ -315,6 +340,8 @@ extern "C" int gather_rows_cuda(float *d_y, const float *d_x, const int32_t *d_i
 
 /* dst[i, r * Vs + j] = src[r][i][j] for r * Vs + j < V: one block per (row, rank). */
 __global__ void vocab_shards_to_rows_kernel(float *dst, const float *src, int n, int V, int Vs) {
+    pdl_wait();
+    pdl_trigger();
     const int i = blockIdx.x, r = blockIdx.y;
     const float *s = src + ((int64_t)r * n + i) * Vs;
     float *d = dst + (int64_t)i * V + (int64_t)r * Vs;
@@ -326,7 +353,8 @@ __global__ void vocab_shards_to_rows_kernel(float *dst, const float *src, int n,
 extern "C" int vocab_shards_to_rows_cuda(float *d_dst, const float *d_src, int n, int V, int Vs,
                                          int ranks, cudaStream_t stream) {
     if (n <= 0) return 0;
-    vocab_shards_to_rows_kernel<<<dim3(n, ranks), 256, 0, stream>>>(d_dst, d_src, n, V, Vs);
+    pdl_launch(vocab_shards_to_rows_kernel, dim3(n, ranks), 256, 0, stream, d_dst, d_src, n, V,
+               Vs);
     CUDA_LAUNCH_TRY();
     return 0;
 }

@@ -102,7 +102,7 @@ static int tune_enabled(void) {
  * caller computes the product after). Returns the index, or 0 when timing is not possible. */
 static int tune_pick(CudaGemm *g, GemmPlan *p, const cublasLtMatmulHeuristicResult_t *res, int n,
                      const void *d_w, const void *d_x, float *d_y, cudaStream_t stream) {
-    cudaStreamCaptureStatus cs;
+    enum cudaStreamCaptureStatus cs;
     if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
         return 0;
     cudaEvent_t e0, e1;

@@ -24,12 +24,26 @@ template <typename C> __device__ __forceinline__ void unpack8(const uint4 &u, fl
         f[i] = to_f32(e[i]);
 }
 
+/* The weights do not depend on the kernel before: a block asks L2 for its rows before it waits
+ * for that kernel (pdl_wait), so that the loads below find them there. Thread i of n takes the
+ * row's 128-byte lines i, i + n, ... */
+template <typename C>
+__device__ __forceinline__ void prefetch_row(const C *row, int K, int i, int n) {
+    const char *b = (const char *)row;
+    const int bytes = K * (int)sizeof(C);
+    for (int o = i * 128; o < bytes; o += n * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(b + o));
+}
+
 template <typename C, int TT>
 __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_kernel(float *__restrict__ y, int64_t ldy, const C *__restrict__ x,
                 const C *__restrict__ w, int N, int K) {
     const int sub = threadIdx.x / GEMV_TPR, j = threadIdx.x % GEMV_TPR;
     const int n = blockIdx.x * GEMV_ROWS + sub;
+    if (n < N) prefetch_row(w + (int64_t)n * K, K, j, GEMV_TPR);
+    pdl_wait();
+    pdl_trigger();
     float acc[TT];
 #pragma unroll
     for (int t = 0; t < TT; t++)
@@ -75,6 +89,9 @@ __global__ void __launch_bounds__(256)
                      const C *__restrict__ w, int N, int K) {
     const int lane = threadIdx.x & 31;
     const int n = blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (n < N) prefetch_row(w + (int64_t)n * K, K, lane, 32);
+    pdl_wait();
+    pdl_trigger();
     if (n >= N) return; /* a whole warp: nothing below synchronizes the block */
     const C *wr = w + (int64_t)n * K;
     float acc[TT];
@@ -126,9 +143,9 @@ static void launch_gemv(float *y, int64_t ldy, const void *x, const void *w, int
 #define GEMV_CASE(TT)                                                                              \
     case TT:                                                                                       \
         if (warp)                                                                                  \
-            gemv_warp_kernel<C, TT><<<grid, 256, 0, st>>>(y, ldy, xc, wc, N, K);                   \
+            pdl_launch(gemv_warp_kernel<C, TT>, grid, 256, 0, st, y, ldy, xc, wc, N, K);           \
         else                                                                                       \
-            gemv_kernel<C, TT><<<grid, GEMV_THREADS, 0, st>>>(y, ldy, xc, wc, N, K);               \
+            pdl_launch(gemv_kernel<C, TT>, grid, GEMV_THREADS, 0, st, y, ldy, xc, wc, N, K);       \
         break;
         GEMV_CASE(1)
         GEMV_CASE(2)
