@@ -107,22 +107,27 @@ static __host__ __device__ __forceinline__ int dec_qh(int group) {
     return group <= 2 ? group : DEC_QH;
 }
 
-/* Where a decode block's result for keys j0 .. j1 - 1 goes: the output row (r0 < 0), or the
- * workspace rows r0 + head * rstride of the partial states (ml: max and sum, wacc: hd sums). */
-struct DecDest {
-    float *ml, *wacc;
-    int64_t r0, rstride;
-};
-
-/* The decode attention of sequence s's query heads h0 .. h0 + nh - 1 (kv head kvh) over keys
- * j0 .. j1 - 1, by the whole block (it synchronizes; every thread must call it). */
-template <typename C, int HD, int QH>
-__device__ __forceinline__ void decode_range(const AttentionParams &p, int s, int kvh, int h0,
-                                             int nh, int j0, int j1, const DecDest &dst) {
+/* MINB: the blocks per SM the registers are limited for (1: the compiler's choice, 146 registers
+ * at QH 2 and head_dim 128, 3 blocks an SM; 4: at most 128 registers) */
+template <typename C, int HD, int QH, int MINB = 1>
+__global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
+    attention_decode_kernel(AttentionParams p, int num_parts, float *ws) {
+    pdl_wait();
+    pdl_trigger();
     using S = DecShape<C, HD>;
     constexpr int VEC = S::VEC, LANES = S::LANES, KPW = S::KPW, U = DEC_U;
+    const int part = blockIdx.x, s = p.seq_order ? p.seq_order[blockIdx.z] : blockIdx.z;
+    const int group = p.n_heads / p.n_kv_heads, chunks = (group + QH - 1) / QH;
+    const int kvh = blockIdx.y / chunks, chunk = blockIdx.y % chunks;
+    const int h0 = kvh * group + chunk * QH;
+    const int nh = min(QH, group - chunk * QH);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gi = lane / LANES, li = lane % LANES;
+    const int ctx = p.context_lens[s];
+    /* this sequence's context in num_parts even partitions (multiples of 32 keys), so that a
+     * graph captured for the longest context still spreads a short one over every block */
+    const int part_size = max(32, ((ctx + num_parts - 1) / num_parts + 31) / 32 * 32);
+    const int j0 = part * part_size, j1 = min(ctx, j0 + part_size);
     const int t = p.cu_seqlens_q[s + 1] - 1; /* the sequence's query token */
     /* hd: the real head_dim, HD the kernel's (the next size up): elements past hd are zeros
      * in q, k and v, so they add nothing; 16-byte loads only when hd == HD */
@@ -328,117 +333,43 @@ __device__ __forceinline__ void decode_range(const AttentionParams &p, int s, in
                 A += sm_acc[w][h][d] * f;
             }
         const int head = h0 + h;
-        if (dst.r0 < 0) {
+        if (num_parts == 1) {
             if (t >= 0)
                 store_out(p.out, p.adt, (int64_t)t * p.n_heads * hd + (int64_t)head * hd + d,
                           L > 0.0f ? A / L : 0.0f);
         } else {
-            const int64_t r = dst.r0 + (int64_t)head * dst.rstride;
-            if (d == 0) dst.ml[2 * r] = M, dst.ml[2 * r + 1] = L;
-            dst.wacc[r * hd + d] = A;
+            const int64_t r = ((int64_t)s * p.n_heads + head) * num_parts + part;
+            float *ml = ws, *wacc = ws + (int64_t)p.num_seqs * p.n_heads * num_parts * 2;
+            if (d == 0) ml[2 * r] = M, ml[2 * r + 1] = L;
+            wacc[r * hd + d] = A;
         }
     }
-    __syncthreads(); /* the shared arrays are free for the block's next range */
-}
-
-/* The merge of n partial states of (sequence s, query head h), rows r0 + i * rstride, element d
- * (i in order: the same result whoever merges). Workspace rows written by other blocks of the
- * running kernel are read through L2 (__ldcg). */
-__device__ __forceinline__ void merge_states(const AttentionParams &p, const float *ml,
-                                             const float *wacc, int64_t r0, int64_t rstride, int n,
-                                             int t, int h, int d) {
-    const int hd = p.hd;
-    float M = -INFINITY;
-    for (int i = 0; i < n; i++)
-        M = fmaxf(M, __ldcg(ml + 2 * (r0 + i * rstride)));
-    float L = 0.0f, A = 0.0f;
-    if (M != -INFINITY)
-        for (int i = 0; i < n; i++) {
-            const int64_t r = r0 + i * rstride;
-            const float mi = __ldcg(ml + 2 * r);
-            if (mi == -INFINITY) continue;
-            const float f = expf(mi - M);
-            L += __ldcg(ml + 2 * r + 1) * f;
-            A += __ldcg(wacc + r * hd + d) * f;
-        }
-    store_out(p.out, p.adt, (int64_t)t * p.n_heads * hd + (int64_t)h * hd + d,
-              L > 0.0f ? A / L : 0.0f);
-}
-
-/* MINB: the blocks per SM the registers are limited for (1: the compiler's choice, 146 registers
- * at QH 2 and head_dim 128, 3 blocks an SM; 4: at most 128 registers) */
-template <typename C, int HD, int QH, int MINB = 1>
-__global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
-    attention_decode_kernel(AttentionParams p, int num_parts, float *ws) {
-    pdl_wait();
-    pdl_trigger();
-    const int part = blockIdx.x, s = blockIdx.z;
-    const int group = p.n_heads / p.n_kv_heads, chunks = (group + QH - 1) / QH;
-    const int kvh = blockIdx.y / chunks, chunk = blockIdx.y % chunks;
-    const int h0 = kvh * group + chunk * QH, nh = min(QH, group - chunk * QH);
-    const int ctx = p.context_lens[s];
-    /* this sequence's context in num_parts even partitions (multiples of 32 keys), so that a
-     * graph captured for the longest context still spreads a short one over every block */
-    const int part_size = max(32, ((ctx + num_parts - 1) / num_parts + 31) / 32 * 32);
-    const int j0 = part * part_size, j1 = min(ctx, j0 + part_size);
-    const DecDest dst = {ws, ws + (int64_t)p.num_seqs * p.n_heads * num_parts * 2,
-                         num_parts == 1 ? -1 : (int64_t)s * p.n_heads * num_parts + part,
-                         num_parts};
-    decode_range<C, HD, QH>(p, s, kvh, h0, nh, j0, j1, dst);
 }
 
 /* Merges the partitions of each (sequence, query head): a block per pair, a thread per element. */
 __global__ void attention_decode_merge_kernel(AttentionParams p, int num_parts, const float *ws) {
     pdl_wait();
     pdl_trigger();
-    const int h = blockIdx.x, s = blockIdx.y;
+    const int h = blockIdx.x, s = blockIdx.y, HD = p.hd;
     const int t = p.cu_seqlens_q[s + 1] - 1;
     if (t < 0) return;
+    const int64_t r0 = ((int64_t)s * p.n_heads + h) * num_parts;
     const float *ml = ws, *wacc = ws + (int64_t)p.num_seqs * p.n_heads * num_parts * 2;
-    for (int d = threadIdx.x; d < p.hd; d += blockDim.x)
-        merge_states(p, ml, wacc, ((int64_t)s * p.n_heads + h) * num_parts, 1, num_parts, t, h, d);
-}
-
-/* The planned decode (decode_plan.h): a fixed grid (grid_x, kv heads x head chunks) whose blocks
- * walk the plan's items. A sequence of one item is written out directly; otherwise each item's
- * states go to the workspace (row item * n_heads + head) and the block that finishes a
- * sequence's last item (a counter per sequence and unit in p.dec_sem, back to 0 after) merges
- * them: no second kernel. */
-template <typename C, int HD, int QH, int MINB = 1>
-__global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
-    attention_decode_plan_kernel(AttentionParams p, float *ws) {
-    pdl_wait();
-    pdl_trigger();
-    const int32_t *plan = p.dec_plan;
-    const int n_items = plan[0], part = plan[1], cap = plan[2], max_seqs = plan[3];
-    const int32_t *off = plan + DECODE_PLAN_HEADER, *item_seq = off + max_seqs + 1;
-    const int group = p.n_heads / p.n_kv_heads, chunks = (group + QH - 1) / QH;
-    const int kvh = blockIdx.y / chunks, chunk = blockIdx.y % chunks;
-    const int h0 = kvh * group + chunk * QH, nh = min(QH, group - chunk * QH);
-    float *ml = ws, *wacc = ws + (int64_t)cap * p.n_heads * 2;
-    __shared__ int sm_last;
-    for (int it = blockIdx.x; it < n_items; it += gridDim.x) {
-        const int s = item_seq[it];
-        const int first = off[s], n = off[s + 1] - first;
-        const int j0 = (it - first) * part, j1 = min(p.context_lens[s], j0 + part);
-        const DecDest dst = {ml, wacc, n == 1 ? -1 : (int64_t)it * p.n_heads, 1};
-        decode_range<C, HD, QH>(p, s, kvh, h0, nh, j0, j1, dst);
-        if (n == 1) continue;
-        /* the states are written (decode_range ends synchronized): publish, count */
-        __threadfence();
-        __syncthreads();
-        int32_t *sem = p.dec_sem + (int64_t)s * gridDim.y + blockIdx.y;
-        if (threadIdx.x == 0) sm_last = atomicAdd(sem, 1) == n - 1;
-        __syncthreads();
-        if (!sm_last) continue;
-        __threadfence();
-        const int t = p.cu_seqlens_q[s + 1] - 1;
-        if (t >= 0)
-            for (int i = threadIdx.x; i < nh * p.hd; i += blockDim.x)
-                merge_states(p, ml, wacc, (int64_t)first * p.n_heads + h0 + i / p.hd, p.n_heads,
-                             n, t, h0 + i / p.hd, i % p.hd);
-        if (threadIdx.x == 0) *sem = 0;
-        __syncthreads(); /* sm_last is read before the next item sets it */
+    float M = -INFINITY;
+    for (int i = 0; i < num_parts; i++)
+        M = fmaxf(M, ml[2 * (r0 + i)]);
+    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+        float L = 0.0f, A = 0.0f;
+        if (M != -INFINITY)
+            for (int i = 0; i < num_parts; i++) {
+                const float mi = ml[2 * (r0 + i)];
+                if (mi == -INFINITY) continue;
+                const float f = expf(mi - M);
+                L += ml[2 * (r0 + i) + 1] * f;
+                A += wacc[(r0 + i) * HD + d] * f;
+            }
+        store_out(p.out, p.adt, (int64_t)t * p.n_heads * HD + (int64_t)h * HD + d,
+                  L > 0.0f ? A / L : 0.0f);
     }
 }
 
@@ -449,15 +380,6 @@ extern "C" int attention_cuda_supported(int hd) {
 extern "C" size_t attention_decode_ws_bytes(int num_seqs, int n_heads, int hd, int num_parts) {
     if (num_parts <= 1) return 0;
     return (size_t)num_seqs * n_heads * num_parts * (hd + 2) * sizeof(float);
-}
-
-extern "C" int attention_decode_units(int n_heads, int n_kv_heads) {
-    const int group = n_heads / n_kv_heads, qh = dec_qh(group);
-    return n_kv_heads * ((group + qh - 1) / qh);
-}
-
-extern "C" size_t attention_decode_plan_ws_bytes(int cap, int n_heads, int hd) {
-    return (size_t)cap * n_heads * (hd + 2) * sizeof(float);
 }
 
 extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms) {
@@ -487,32 +409,21 @@ static int dec_occupancy4(void) {
     return v;
 }
 
-/* the planned kernel (p.dec_plan set) or the partitioned one, for the query heads per block */
-template <typename C, int HD, int QH, int MINB>
-static void launch_decode_qh(const AttentionParams &p, int num_parts, float *ws,
-                             cudaStream_t stream) {
-    const int threads = DEC_WARPS * 32, units = attention_decode_units(p.n_heads, p.n_kv_heads);
-    if (p.dec_plan) {
-        dim3 grid(p.dec_grid_x, units);
-        pdl_launch(attention_decode_plan_kernel<C, HD, QH, MINB>, grid, threads, 0, stream, p, ws);
-    } else {
-        dim3 grid(num_parts, units, p.num_seqs);
-        pdl_launch(attention_decode_kernel<C, HD, QH, MINB>, grid, threads, 0, stream, p,
-                   num_parts, ws);
-    }
-}
-
 template <typename C, int HD>
 static void launch_decode(const AttentionParams &p, int num_parts, float *ws, cudaStream_t stream) {
-    const int qh = dec_qh(p.n_heads / p.n_kv_heads);
+    const int group = p.n_heads / p.n_kv_heads, qh = dec_qh(group);
+    const int chunks = (group + qh - 1) / qh;
+    dim3 grid(num_parts, p.n_kv_heads * chunks, p.num_seqs);
+    const int threads = DEC_WARPS * 32;
     if (qh == 1)
-        launch_decode_qh<C, HD, 1, 1>(p, num_parts, ws, stream);
+        pdl_launch(attention_decode_kernel<C, HD, 1>, grid, threads, 0, stream, p, num_parts, ws);
     else if (qh == 2 && dec_occupancy4())
-        launch_decode_qh<C, HD, 2, 4>(p, num_parts, ws, stream);
+        pdl_launch(attention_decode_kernel<C, HD, 2, 4>, grid, threads, 0, stream, p, num_parts,
+                   ws);
     else if (qh == 2)
-        launch_decode_qh<C, HD, 2, 1>(p, num_parts, ws, stream);
+        pdl_launch(attention_decode_kernel<C, HD, 2>, grid, threads, 0, stream, p, num_parts, ws);
     else
-        launch_decode_qh<C, HD, 4, 1>(p, num_parts, ws, stream);
+        pdl_launch(attention_decode_kernel<C, HD, 4>, grid, threads, 0, stream, p, num_parts, ws);
 }
 
 /* the kernel size for a head_dim: the next of 16, 32, 64, 128, 256 */
@@ -573,17 +484,14 @@ extern "C" int attention_decode_cuda(const AttentionParams *p, int num_parts, vo
     if (rc) return rc;
     if (p->num_seqs <= 0) return 0;
     if (num_parts < 1) num_parts = 1;
-    if (!p->dec_plan && num_parts > 1 && !d_ws)
+    if (num_parts > 1 && !d_ws)
         return cvllm_errorf(CVLLM_EINVAL, "cuda attention: %d partitions need a workspace",
                             num_parts);
-    if (p->dec_plan && (!d_ws || !p->dec_sem || p->dec_grid_x < 1))
-        return cvllm_errorf(CVLLM_EINVAL, "cuda attention: a decode plan needs a workspace, "
-                                          "merge counters and a grid");
     float *ws = (float *)d_ws;
     DISPATCH_KV_DTYPE(p->kvdt, C,
                       DISPATCH_HD(p->hd, HDC, launch_decode<C, HDC>(*p, num_parts, ws, stream)));
     CUDA_LAUNCH_TRY();
-    if (!p->dec_plan && num_parts > 1) {
+    if (num_parts > 1) {
         dim3 grid(p->n_heads, p->num_seqs);
         const int threads = p->hd < 32 ? 32 : p->hd;
         pdl_launch(attention_decode_merge_kernel, grid, threads, 0, stream, *p, num_parts, ws);

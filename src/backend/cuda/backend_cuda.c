@@ -127,19 +127,18 @@ typedef struct {
     float *logits; /* [Smax, V] */
     float *logits_shard;  /* [Smax, Vs] this rank's lm_head slice (one GPU: = logits) */
     float *logits_gather; /* rank 0 of several: [world][Smax * Vs] every rank's slice */
-    void *attn_ws; /* decode partial states */
+    void *attn_ws; /* decode partitions */
     size_t attn_ws_bytes;
-    int32_t *d_plan, *h_plan; /* the decode attention's plan (decode_plan.h), staged each decode */
-    int32_t *d_dec_sem;       /* its merge counters [Smax x units], zeros between kernels */
-    int plan_grid_x, plan_cap, use_plan;
     void *gemm_ws;
     CudaGemm *gemm;
     /* step inputs (device) and their pinned host staging, same layout */
     void *d_in, *h_in;
     size_t in_bytes;
-    int32_t *d_ids, *d_pos, *d_cu_q, *d_ctx, *d_lidx, *d_tables;
+    int32_t *d_ids, *d_pos, *d_cu_q, *d_ctx, *d_lidx, *d_tables, *d_order;
     int64_t *d_slots;
-    int32_t *h_ids, *h_pos, *h_cu_q, *h_ctx, *h_lidx, *h_tables;
+    int32_t *h_ids, *h_pos, *h_cu_q, *h_ctx, *h_lidx, *h_tables, *h_order;
+    int order_decode; /* the decode blocks launched longest context first (CVLLM_CUDA_DEC_ORDER) */
+    uint64_t *order_keys; /* [Smax] host scratch of stage_order */
     int64_t *h_slots;
     /* sampling: rows, id histories, outputs (device + pinned host) */
     CudaSamplingRow *d_rows, *h_rows;
@@ -401,6 +400,9 @@ out:
 
 /* The activation workspace, the step inputs and the sampler's buffers (device and pinned). */
 static int alloc_workspace(CudaBackend *c) {
+    const char *oe = getenv("CVLLM_CUDA_DEC_ORDER");
+    c->order_decode = !(oe && atoi(oe) == 0);
+    c->order_keys = xmalloc((size_t)c->Smax * sizeof *c->order_keys);
     const size_t T = (size_t)c->Tmax, S = (size_t)c->Smax, es = dtype_size(c->adt);
     /* decode attention partitions: S * parts stays below S + 4 * SMs (attention_decode_num_parts
      * gives a sequence more than one partition only while the grid is small) */
@@ -416,14 +418,6 @@ static int alloc_workspace(CudaBackend *c) {
         if (b > c->attn_ws_bytes) c->attn_ws_bytes = b;
         if (parts > parts_max) parts_max = parts;
     }
-    /* the planned decode (CVLLM_CUDA_DEC_PLAN=0: the partitions above, for comparison) */
-    const char *pe = getenv("CVLLM_CUDA_DEC_PLAN");
-    c->use_plan = !(pe && atoi(pe) == 0);
-    const int units = attention_decode_units(c->heads, c->kvh);
-    c->plan_grid_x = decode_plan_grid_x(units, c->num_sms);
-    c->plan_cap = decode_plan_capacity(c->Smax, c->plan_grid_x);
-    if (attention_decode_plan_ws_bytes(c->plan_cap, c->heads, c->hd) > c->attn_ws_bytes)
-        c->attn_ws_bytes = attention_decode_plan_ws_bytes(c->plan_cap, c->heads, c->hd);
     for (int pass = 0; pass < 2; pass++) {
         char *base = c->d_ws;
         size_t off = 0;
@@ -441,7 +435,6 @@ static int alloc_workspace(CudaBackend *c) {
         c->logits_gather =
             c->world > 1 && c->rank == 0 ? carve(base, &off, (size_t)c->world * S * c->Vs * 4) : NULL;
         c->attn_ws = carve(base, &off, c->attn_ws_bytes);
-        c->d_dec_sem = carve(base, &off, S * units * 4);
         c->gemm_ws = carve(base, &off, GEMM_WS_BYTES);
         c->d_sampler_scratch = carve(base, &off, sampler_cuda_scratch_bytes(c->Smax, c->V));
         if (pass == 0) {
@@ -458,7 +451,6 @@ static int alloc_workspace(CudaBackend *c) {
         }
     }
     CUDA_TRY(cudaMemset(c->d_sampler_scratch, 0, sampler_cuda_scratch_bytes(c->Smax, c->V)));
-    CUDA_TRY(cudaMemset(c->d_dec_sem, 0, S * units * 4));
     /* step inputs: the same layout on both sides, so each array is one copy */
     c->hist_cap = (int64_t)c->Smax * (c->opt.max_model_len + 1);
     for (int pass = 0; pass < 2; pass++) {
@@ -476,7 +468,7 @@ static int alloc_workspace(CudaBackend *c) {
                     *top = carve(base, &off, S * CUDA_SAMPLER_MAX_LOGPROBS * 4);
             float *lp = carve(base, &off, S * 4),
                   *tlp = carve(base, &off, S * CUDA_SAMPLER_MAX_LOGPROBS * 4);
-            int32_t *plan = carve(base, &off, decode_plan_ints(c->Smax, c->plan_cap) * 4);
+            int32_t *order = carve(base, &off, S * 4);
             if (pass == 0) {
                 c->in_bytes = off;
                 break;
@@ -484,11 +476,11 @@ static int alloc_workspace(CudaBackend *c) {
             if (side == 0) {
                 c->d_ids = ids, c->d_pos = pos, c->d_slots = slots, c->d_cu_q = cu, c->d_ctx = ctx;
                 c->d_lidx = lidx, c->d_tables = tables, c->d_rows = rows, c->d_hist = hist;
-                c->d_tok = tok, c->d_top = top, c->d_lp = lp, c->d_tlp = tlp, c->d_plan = plan;
+                c->d_tok = tok, c->d_top = top, c->d_lp = lp, c->d_tlp = tlp, c->d_order = order;
             } else {
                 c->h_ids = ids, c->h_pos = pos, c->h_slots = slots, c->h_cu_q = cu, c->h_ctx = ctx;
                 c->h_lidx = lidx, c->h_tables = tables, c->h_rows = rows, c->h_hist = hist;
-                c->h_tok = tok, c->h_top = top, c->h_lp = lp, c->h_tlp = tlp, c->h_plan = plan;
+                c->h_tok = tok, c->h_top = top, c->h_lp = lp, c->h_tlp = tlp, c->h_order = order;
             }
         }
         if (pass == 0) {
@@ -715,6 +707,7 @@ static void cuda_destroy(Backend *b) {
         cudaStreamQuery(c->stream) == cudaErrorNotReady) {
         if (c->owns_tp) tp_group_close(c->tp);
         free(c->layers);
+        free(c->order_keys);
         free(c);
         free(b);
         return;
@@ -740,6 +733,7 @@ static void cuda_destroy(Backend *b) {
         cudaFree(c->d_kv);
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c->layers);
+        free(c->order_keys);
         free(c);
     }
     free(b);
@@ -823,9 +817,7 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
                           .max_blocks_per_seq = c->max_blocks,
                           .max_seqlen_q = m->max_q,
                           .max_seqlen_k = m->max_k,
-                          .dec_plan = c->use_plan ? c->d_plan : NULL,
-                          .dec_sem = c->d_dec_sem,
-                          .dec_grid_x = c->plan_grid_x};
+                          .seq_order = m->decode && c->order_decode ? c->d_order : NULL};
     int parts = m->parts;
     if (m->decode && parts <= 0) parts = attention_decode_num_parts(&ap, c->num_sms);
     for (int l = 0; l < c->L; l++) {
@@ -904,12 +896,25 @@ static int copy_inputs(CudaBackend *c, int T, int S, int n_logits) {
     return 0;
 }
 
-/* A decode step's attention plan from the staged context lengths of S lanes, to the device. */
-static int stage_plan(CudaBackend *c, int S) {
-    if (!c->use_plan) return 0;
-    decode_plan_build(c->h_plan, c->h_ctx, S, c->Smax, c->plan_grid_x);
-    CUDA_TRY(cudaMemcpyAsync(c->d_plan, c->h_plan, decode_plan_used_ints(c->h_plan) * 4,
-                             cudaMemcpyHostToDevice, c->stream));
+/* The decode attention's launch order of S lanes from the staged context lengths: longest first
+ * (ties: lower index first), so that the blocks that start last, when the GPU runs out of blocks
+ * to start, are the shortest: a long context starting late was the step's tail. Sorted as keys
+ * (2^31 - 1 - length) << 32 | index, ascending. */
+static int cmp_u64(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+static int stage_order(CudaBackend *c, int S) {
+    if (!c->order_decode) return 0;
+    for (int i = 0; i < S; i++) {
+        const int64_t len = c->h_ctx[i] > 0 ? c->h_ctx[i] : 0;
+        c->order_keys[i] = (uint64_t)(INT32_MAX - len) << 32 | (uint32_t)i;
+    }
+    qsort(c->order_keys, (size_t)S, sizeof *c->order_keys, cmp_u64);
+    for (int i = 0; i < S; i++)
+        c->h_order[i] = (int32_t)(c->order_keys[i] & 0xffffffffu);
+    CUDA_TRY(cudaMemcpyAsync(c->d_order, c->h_order, (size_t)S * 4, cudaMemcpyHostToDevice,
+                             c->stream));
     return 0;
 }
 
@@ -1114,7 +1119,7 @@ static int cuda_warmup(Backend *b) {
         for (int s = 0; s < B; s++)
             c->h_tables[(size_t)s * c->max_blocks] = 0;
         TRY(copy_inputs(c, B, B, B));
-        TRY(stage_plan(c, B));
+        TRY(stage_order(c, B));
         AttentionParams ap = {.n_heads = c->heads,
                               .n_kv_heads = c->kvh,
                               .hd = c->hd,
@@ -1214,7 +1219,7 @@ typedef struct {
 static int launch_step(CudaBackend *c, const StepLaunch *sl) {
     PROF(c, PC_INPUTS);
     TRY(copy_inputs(c, sl->T, sl->S, sl->n));
-    if (sl->decode) TRY(stage_plan(c, sl->S));
+    if (sl->decode) TRY(stage_order(c, sl->S));
     if (sl->bucket >= 0) {
         PROF(c, PC_GRAPH);
         CUDA_TRY(cudaGraphLaunch(c->graphs[sl->bucket], c->stream));

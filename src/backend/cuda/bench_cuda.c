@@ -126,8 +126,9 @@ static int attn_launch(void *ctx, cudaStream_t st) {
 }
 
 static int bench_attention(int num_sms, cudaStream_t st) {
-    const int nh = 16, nkv = 8, hd = 128, bs = 16, Cmax = 8192, Bmax = 64;
-    const int nblocks = Bmax * Cmax / bs;
+    /* a cache of 64 x 8192 tokens; up to 256 sequences (tables of random blocks) */
+    const int nh = 16, nkv = 8, hd = 128, bs = 16, Cmax = 8192, Bmax = 256;
+    const int nblocks = 64 * Cmax / bs;
     void *k, *v, *q, *out, *ws;
     int32_t *tables, *cu, *ctx;
     const size_t cache = (size_t)nblocks * bs * nkv * hd;
@@ -135,16 +136,7 @@ static int bench_attention(int num_sms, cudaStream_t st) {
     BCHECK(cudaMalloc(&v, cache * 2));
     BCHECK(cudaMalloc(&q, (size_t)Cmax * (nh + 2 * nkv) * hd * 4));
     BCHECK(cudaMalloc(&out, (size_t)Cmax * nh * hd * 2));
-    const int plan_gx = decode_plan_grid_x(attention_decode_units(nh, nkv), num_sms);
-    const int plan_cap = decode_plan_capacity(Bmax, plan_gx);
-    size_t wsb = (size_t)(Bmax + 4 * num_sms) * nh * (hd + 2) * 4 * 2;
-    if (attention_decode_plan_ws_bytes(plan_cap, nh, hd) > wsb)
-        wsb = attention_decode_plan_ws_bytes(plan_cap, nh, hd);
-    BCHECK(cudaMalloc(&ws, wsb));
-    int32_t *plan, *sem, *hplan = xmalloc(decode_plan_ints(Bmax, plan_cap) * 4);
-    BCHECK(cudaMalloc((void **)&plan, decode_plan_ints(Bmax, plan_cap) * 4));
-    BCHECK(cudaMalloc((void **)&sem, (size_t)Bmax * nh * 4));
-    cudaMemset(sem, 0, (size_t)Bmax * nh * 4);
+    BCHECK(cudaMalloc(&ws, (size_t)(Bmax + 4 * num_sms) * nh * (hd + 2) * 4 * 2));
     fill_random_bf16(k, cache);
     fill_random_bf16(v, cache);
     cudaMemset(q, 0, (size_t)Cmax * (nh + 2 * nkv) * hd * 4);
@@ -154,20 +146,24 @@ static int bench_attention(int num_sms, cudaStream_t st) {
     BCHECK(cudaMalloc((void **)&tables, (size_t)Bmax * (Cmax / bs) * 4));
     BCHECK(cudaMalloc((void **)&cu, (Bmax + 1) * 4));
     BCHECK(cudaMalloc((void **)&ctx, Bmax * 4));
+    int32_t *order;
+    BCHECK(cudaMalloc((void **)&order, Bmax * 4));
     cudaMemcpy(tables, ht, (size_t)Bmax * (Cmax / bs) * 4, cudaMemcpyHostToDevice);
     printf("decode attention (16 heads / 8 kv heads, head_dim 128, bf16 cache, block 16): ms, GB/s "
            "of K+V (context: each sequence's, or the mean of mixed ones)\n");
-    /* C = 0: mixed contexts, 100 .. 8191 keys (a batch in flight: the longest sets the tail) */
-    const int Bs[] = {1, 16, 64}, Cs[] = {512, 2048, 8192, 0};
-    for (int bi = 0; bi < 3; bi++)
+    /* C = 0: mixed contexts, 100 .. 8191 keys (256 sequences: 100 .. 2047, bench.py's spread; a
+     * batch in flight, where a long context whose blocks start late is the tail) */
+    const int Bs[] = {1, 16, 64, 256}, Cs[] = {512, 2048, 8192, 0};
+    for (int bi = 0; bi < 4; bi++)
         for (int ci = 0; ci < 4; ci++) {
             const int B = Bs[bi];
-            if (!Cs[ci] && B == 1) continue;
+            if ((!Cs[ci] && B == 1) || (B == 256 && Cs[ci] > 512)) continue;
+            const int span = B == 256 ? 1948 : 8092;
             int64_t keys = 0;
             for (int i = 0; i <= B; i++)
                 hcu[i] = i;
             for (int i = 0; i < B; i++)
-                keys += hctx[i] = Cs[ci] ? Cs[ci] : 100 + (int)(((int64_t)i * 2654435761u) % 8092);
+                keys += hctx[i] = Cs[ci] ? Cs[ci] : 100 + (int)(((int64_t)i * 2654435761u) % span);
             const int C = (int)(keys / B); /* the mean */
             int maxc = 0;
             for (int i = 0; i < B; i++)
@@ -199,14 +195,21 @@ static int bench_attention(int num_sms, cudaStream_t st) {
             float ms = time_ms(attn_launch, &a, st, 20);
             printf("  B %3d  context %5d  parts %2d  %8.4f ms  %7.0f GB/s\n", B, C, a.parts, ms,
                    2.0 * B * C * nkv * hd * 2 / (ms * 1e6));
-            /* the backend's way: the plan (decode_plan.h) */
-            const int gx = decode_plan_grid_x(attention_decode_units(nh, nkv), num_sms);
-            decode_plan_build(hplan, hctx, B, Bmax, gx);
-            cudaMemcpy(plan, hplan, decode_plan_used_ints(hplan) * 4, cudaMemcpyHostToDevice);
-            a.p.dec_plan = plan, a.p.dec_sem = sem, a.p.dec_grid_x = gx;
-            ms = time_ms(attn_launch, &a, st, 20);
-            printf("  B %3d  context %5d  plan %4d items of %4d keys  %8.4f ms  %7.0f GB/s\n", B,
-                   C, hplan[0], hplan[1], ms, 2.0 * B * C * nkv * hd * 2 / (ms * 1e6));
+            if (!Cs[ci]) { /* mixed: the backend's launch order, longest context first */
+                int32_t ord[Bmax];
+                for (int i = 0; i < B; i++)
+                    ord[i] = i;
+                for (int i = 1; i < B; i++) /* insertion sort, descending context */
+                    for (int j = i; j > 0 && hctx[ord[j]] > hctx[ord[j - 1]]; j--) {
+                        const int32_t t = ord[j];
+                        ord[j] = ord[j - 1], ord[j - 1] = t;
+                    }
+                cudaMemcpy(order, ord, B * 4, cudaMemcpyHostToDevice);
+                a.p.seq_order = order;
+                ms = time_ms(attn_launch, &a, st, 20);
+                printf("  B %3d  context %5d  parts %2d  %8.4f ms  %7.0f GB/s  longest first\n", B,
+                       C, a.parts, ms, 2.0 * B * C * nkv * hd * 2 / (ms * 1e6));
+            }
         }
     printf("prefill attention (one sequence, causal, same heads): ms, TFLOP/s\n");
     const int Ps[] = {512, 2048, 8192};
@@ -239,9 +242,9 @@ static int bench_attention(int num_sms, cudaStream_t st) {
         printf("  tokens %5d  %8.3f ms  %6.2f TFLOP/s\n", P, ms,
                4.0 * nh * hd * (double)P * P / 2 / (ms * 1e9));
     }
-    free(ht), free(hplan);
+    free(ht);
     cudaFree(k), cudaFree(v), cudaFree(q), cudaFree(out), cudaFree(ws), cudaFree(tables),
-        cudaFree(cu), cudaFree(ctx), cudaFree(plan), cudaFree(sem);
+        cudaFree(cu), cudaFree(ctx), cudaFree(order);
     return 0;
 }
 

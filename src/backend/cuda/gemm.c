@@ -4,18 +4,10 @@
  * Inputs in the activation dtype (bf16 / f16 on the tensor cores; f32 with CUBLAS_COMPUTE_32F,
  * never TF32), accumulation and output in f32. CPU twin: matmul_cpu (ops.c).
  *
- * A plan (descriptors + an algorithm) is made once per shape and kept in a small table, so that a
- * step (and a CUDA graph capture) only calls cublasLtMatmul. Its algorithm is the heuristic's
- * first, except for products of T <= GEMM_TUNE_MAX_T tokens, T a multiple of 8 (the decode
- * graphs' batches): there the heuristic's first choice ran 6x slower than the FLOP and byte floors
- * (qkv [4096 x 1024] at T = 256: 17.8 us, H200), so the fastest of its GEMM_TUNE_ALGOS candidates
- * (split-K ones among them) is taken, timed on the product's own operands when the plan is made,
- * outside a graph capture (the warm-up's dry run makes every decode bucket's plans before its
- * capture). Other sizes (an eager step's) skip the timing, which each new size would pay once.
- * CVLLM_CUDA_GEMM_TUNE=0: the heuristic's first everywhere. The workspace is the caller's: no
- * allocation happens in a product. */
+ * A plan (descriptors + the heuristic's algorithm) is made once per shape and kept in a small
+ * table, so that a step (and a CUDA graph capture) only calls cublasLtMatmul. The workspace is the
+ * caller's: no allocation happens in a product. */
 #include <cublasLt.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,9 +15,6 @@
 #include "common.h"
 
 #define GEMM_MAX_PLANS 64
-#define GEMM_TUNE_ALGOS 16
-#define GEMM_TUNE_MAX_T 1024
-#define GEMM_TUNE_RUNS 5
 
 typedef struct {
     int T, N, K;
@@ -88,59 +77,7 @@ static cudaDataType_t cuda_type(DType dt) {
     return dt == DTYPE_BF16 ? CUDA_R_16BF : dt == DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
-/* CVLLM_CUDA_GEMM_TUNE=0: the heuristic's first algorithm for every shape. */
-static int tune_enabled(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("CVLLM_CUDA_GEMM_TUNE");
-        v = !(e && atoi(e) == 0);
-    }
-    return v;
-}
-
-/* The fastest of n candidate algorithms for plan p on these operands (d_y is overwritten: the
- * caller computes the product after). Returns the index, or 0 when timing is not possible. */
-static int tune_pick(CudaGemm *g, GemmPlan *p, const cublasLtMatmulHeuristicResult_t *res, int n,
-                     const void *d_w, const void *d_x, float *d_y, cudaStream_t stream) {
-    enum cudaStreamCaptureStatus cs;
-    if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone)
-        return 0;
-    cudaEvent_t e0, e1;
-    if (cudaEventCreate(&e0) != cudaSuccess) return 0;
-    if (cudaEventCreate(&e1) != cudaSuccess) {
-        cudaEventDestroy(e0);
-        return 0;
-    }
-    const float alpha = 1.0f, beta = 0.0f;
-    int best = 0;
-    float best_ms = INFINITY;
-    for (int i = 0; i < n; i++) {
-        if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > g->ws_bytes) continue;
-        int ok = cublasLtMatmul(g->lt, p->op, &alpha, d_w, p->a, d_x, p->b, &beta, d_y, p->d, d_y,
-                                p->d, &res[i].algo, g->ws, g->ws_bytes,
-                                stream) == CUBLAS_STATUS_SUCCESS; /* warm */
-        ok = ok && cudaEventRecord(e0, stream) == cudaSuccess;
-        for (int r = 0; ok && r < GEMM_TUNE_RUNS; r++)
-            ok = cublasLtMatmul(g->lt, p->op, &alpha, d_w, p->a, d_x, p->b, &beta, d_y, p->d, d_y,
-                                p->d, &res[i].algo, g->ws, g->ws_bytes,
-                                stream) == CUBLAS_STATUS_SUCCESS;
-        float ms = 0.0f;
-        ok = ok && cudaEventRecord(e1, stream) == cudaSuccess &&
-             cudaEventSynchronize(e1) == cudaSuccess &&
-             cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
-        if (!ok) {
-            cudaGetLastError();
-            continue;
-        }
-        if (ms < best_ms) best_ms = ms, best = i; /* ties: the heuristic's order */
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return best;
-}
-
-static int plan_make(CudaGemm *g, GemmPlan *p, int T, int N, int K, int64_t ldy, DType adt,
-                     const void *d_w, const void *d_x, float *d_y, cudaStream_t stream) {
+static int plan_make(CudaGemm *g, GemmPlan *p, int T, int N, int K, int64_t ldy, DType adt) {
     memset(p, 0, sizeof *p);
     p->T = T, p->N = N, p->K = K, p->ldy = ldy, p->adt = adt;
     const cudaDataType_t in = cuda_type(adt);
@@ -156,11 +93,10 @@ static int plan_make(CudaGemm *g, GemmPlan *p, int T, int N, int K, int64_t ldy,
     LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
     cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->ws_bytes, sizeof g->ws_bytes);
-    cublasLtMatmulHeuristicResult_t res[GEMM_TUNE_ALGOS];
-    const int want = tune_enabled() && T <= GEMM_TUNE_MAX_T && T % 8 == 0 ? GEMM_TUNE_ALGOS : 1;
+    cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->d, p->d, pref, want, res,
+        st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &res,
                                             &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS)
@@ -171,7 +107,7 @@ static int plan_make(CudaGemm *g, GemmPlan *p, int T, int N, int K, int64_t ldy,
             "cuda backend: cuBLASLt has no algorithm for a %s [%d, %d] x [%d, %d]^T "
             "product",
             dtype_name(adt), T, K, N, K);
-    p->algo = res[found > 1 ? tune_pick(g, p, res, found, d_w, d_x, d_y, stream) : 0].algo;
+    p->algo = res.algo;
     return 0;
 }
 
@@ -208,7 +144,7 @@ int gemm_cuda(CudaGemm *g, float *d_y, int64_t ldy, const void *d_x, const void 
             g->next_evict = (g->next_evict + 1) % GEMM_MAX_PLANS;
             plan_free(p);
         }
-        int rc = plan_make(g, p, T, N, K, ldy, adt, d_w, d_x, d_y, stream);
+        int rc = plan_make(g, p, T, N, K, ldy, adt);
         if (rc) {
             plan_free(p);
             return rc;

@@ -21,7 +21,6 @@
 
 #include <cuda_runtime.h>
 
-#include "backend/cuda/decode_plan.h"
 #include "model/config.h"
 
 #ifdef __cplusplus
@@ -122,10 +121,9 @@ typedef struct {
     const int32_t *block_tables; /* [num_seqs, max_blocks_per_seq] */
     int max_blocks_per_seq;
     int max_seqlen_q, max_seqlen_k; /* bounds: grids are sized by them */
-    /* decode only: a plan (decode_plan.h) in device memory, or NULL (num_parts partitions) */
-    const int32_t *dec_plan;
-    int32_t *dec_sem; /* the plan's merge counters: [plan max_seqs x units] int32, zeros */
-    int dec_grid_x;   /* the plan's grid: decode_plan_grid_x(units, SMs) (any value >= 1 works) */
+    /* decode: the order in which the sequences' blocks are launched ([num_seqs], a permutation:
+     * longest context first, so that the blocks that start last are short ones), or NULL */
+    const int32_t *seq_order;
 } AttentionParams;
 
 /* Whether the kernels support this head_dim: any even one up to 256 (the kernels are built for
@@ -133,18 +131,13 @@ typedef struct {
 int attention_cuda_supported(int hd);
 
 /* Decode: one query token per sequence (the last token of each sequence's rows).
- * A block takes a range of one sequence's keys for one kv head and up to 4 of its query heads (a
- * unit: attention_decode_units of them); lanes split head_dim in 16-byte loads. The ranges:
- * - with p->dec_plan (the backend's way): the plan's items (decode_plan.h), walked by a fixed
- *   grid of dec_grid_x blocks per unit; a sequence's partial states are merged by the block that
- *   finishes its last item. Workspace: attention_decode_plan_ws_bytes(plan capacity, ...);
- *   num_parts is ignored.
- * - without: each sequence's context split evenly in num_parts partitions whose partial states
- *   a second kernel merges (num_parts 1: no merge); attention_decode_num_parts picks the count
- *   from the grid size and max_seqlen_k; workspace: attention_decode_ws_bytes.
+ * A block takes (sequence, kv head, up to 4 of its query heads, partition of the context);
+ * lanes split head_dim in 16-byte loads; each sequence's context is split evenly in num_parts
+ * partitions whose partial softmax states a second kernel merges (num_parts 1: no merge). The
+ * blocks of sequence seq_order[i] are the i-th to be launched (with seq_order: see above).
+ * attention_decode_num_parts picks the count from the grid size and max_seqlen_k (a graph is
+ * captured with the count for max_model_len); workspace: attention_decode_ws_bytes.
  * CPU: attention_cpu (the scalar attention_task). */
-int attention_decode_units(int n_heads, int n_kv_heads);
-size_t attention_decode_plan_ws_bytes(int cap, int n_heads, int hd);
 size_t attention_decode_ws_bytes(int num_seqs, int n_heads, int hd, int num_parts);
 int attention_decode_num_parts(const AttentionParams *p, int num_sms);
 int attention_decode_cuda(const AttentionParams *p, int num_parts, void *d_ws, cudaStream_t stream);
