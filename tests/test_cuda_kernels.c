@@ -1190,6 +1190,108 @@ static void test_sampler_distribution(void **state) {
     free(logits);
 }
 
+/* The draw and the n-th tied id of top-k / top-p search the vocabulary by warp ranges (sampler.cu:
+ * 32 ranges of len ids, a multiple of 4; inside the range that holds the target, one contiguous
+ * piece of per ids a thread). Rows whose only kept tokens sit at the edges of ranges and pieces,
+ * and ties cut by top-k / top-p, have weights of exactly 1: the draw is exact, so it must be the
+ * reference's. Odd vocabularies make rows that are not 16-byte aligned and a last partial quad;
+ * the rest are benchmark-like rows (temperature 0.6 alone), min-p, penalties and greedy. */
+static void test_sampler_ranges(void **state) {
+    (void)state;
+    const int Vs[] = {33, 1001, 5000, 151936};
+    int32_t hist[30];
+    for (int vi = 0; vi < 4; vi++) {
+        const int V = Vs[vi], n = small_run() > 1 ? 16 : 64; /* racecheck runs: fewer rows */
+        const int len = ((V + 31) / 32 + 3) & ~3, per = (len + 1023) / 1024;
+        for (int i = 0; i < 30; i++)
+            hist[i] = irand(V);
+        float *logits = xmalloc((size_t)n * V * 4);
+        for (int64_t i = 0; i < (int64_t)n * V; i++)
+            logits[i] = 4 * frand();
+        RefRow rr[64];
+        int exact[64] = {0};
+        for (int r = 0; r < n; r++) {
+            float *x = logits + (int64_t)r * V;
+            rr[r] = (RefRow){.temperature = 0.6f,
+                             .top_p = 1,
+                             .rep = 1,
+                             .num_logprobs = -1,
+                             .seed = 4321 + r,
+                             .index = (uint64_t)r * 7};
+            int ties = 0;
+            switch (r % 8) {
+            case 0:
+            case 1: /* kept: tokens at range and piece edges (all of them, or some), weight 1 */
+                for (int i = 0; i < V; i++)
+                    x[i] = -INFINITY;
+                for (int w = 0; w < 32; w++) {
+                    const int lo = w * len,
+                              e[5] = {lo - 1, lo, lo + per - 1, lo + per, lo + len - 1};
+                    for (int k = 0; k < 5; k++)
+                        if (e[k] >= 0 && e[k] < V && (r % 8 == 0 || (w * 5 + k) % 3 == 0))
+                            x[e[k]] = 2.0f;
+                }
+                x[V - 1] = 2.0f;
+                exact[r] = 1;
+                break;
+            case 2: /* one kept token, the last id */
+                for (int i = 0; i < V; i++)
+                    x[i] = -INFINITY;
+                x[V - 1] = 1.0f;
+                exact[r] = 1;
+                break;
+            case 3: /* top-k cuts ties at the best weight */
+                for (int i = 0; i < V; i += 7)
+                    x[i] = 5.0f, ties++;
+                rr[r].top_k = ties / 2 + 1;
+                exact[r] = 1;
+                break;
+            case 4: /* top-p cuts ties at the best weight (0.3 of the mass is within the ties) */
+                for (int i = 1; i < V; i += 5)
+                    x[i] = 5.0f;
+                rr[r].top_p = 0.3f;
+                exact[r] = 1;
+                break;
+            case 5: /* min-p and penalties */
+                rr[r].min_p = 0.02f;
+                rr[r].rep = 1.2f, rr[r].freq = 0.5f, rr[r].pres = 0.3f;
+                rr[r].ids = hist, rr[r].num_prompt = 10, rr[r].num_output = 20;
+                rr[r].index = 20; /* the draw's counter is the output count */
+                break;
+            case 6:
+                rr[r].temperature = 0;
+                break;
+            default: /* temperature alone */
+                break;
+            }
+        }
+        int32_t tok[64];
+        float lp[64];
+        run_sampler(logits, n, V, rr, tok, lp, NULL, NULL);
+        int mism = 0, mism_cpu = 0;
+        for (int r = 0; r < n; r++) {
+            const float *x = logits + (int64_t)r * V;
+            const int want = ref_sample(x, V, &rr[r], NULL);
+            const int cwant = cpu_sample(x, V, &rr[r], NULL, NULL, NULL);
+            if (tok[r] != want && (exact[r] || rr[r].temperature == 0))
+                fail_msg("V %d row %d (case %d): got %d, want %d", V, r, r % 8, tok[r], want);
+            if (tok[r] != want) {
+                mism++;
+                printf("  note: V %d row %d sampled %d, reference %d\n", V, r, tok[r], want);
+            }
+            if (tok[r] != cwant) {
+                mism_cpu++;
+                printf("  note: V %d row %d sampled %d, CPU sampler %d\n", V, r, tok[r], cwant);
+            }
+        }
+        printf("  sampler ranges V %d: %d of %d rows differ from the reference, %d from the CPU "
+               "sampler\n",
+               V, mism, n, mism_cpu);
+        assert_true(mism <= 1 && mism_cpu <= 1);
+        free(logits);
+    }
+}
+
 int main(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
@@ -1215,6 +1317,7 @@ int main(void) {
         cmocka_unit_test(test_attention_decode),
         cmocka_unit_test(test_sampler_rows),
         cmocka_unit_test(test_sampler_distribution),
+        cmocka_unit_test(test_sampler_ranges),
     };
     /* CVLLM_TEST_FILTER=test_attention* (a cmocka glob on the whole name): for sanitizer runs */
     if (getenv("CVLLM_TEST_FILTER")) cmocka_set_test_filter(getenv("CVLLM_TEST_FILTER"));

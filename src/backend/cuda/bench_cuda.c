@@ -1,10 +1,11 @@
-/* bench_cuda.c: `cvllm bench ops --device cuda [gemm|attention|decode|all]`: the CUDA backend's
- * own figures on this GPU, timed with CUDA events (median of repeats after a warm-up):
+/* bench_cuda.c: `cvllm bench ops --device cuda [gemm|attention|decode|sampler|all]`: the CUDA
+ * backend's own figures on this GPU, timed with CUDA events (median of repeats after a warm-up):
  *   gemm       the qwen3-0.6b products (bf16 in, f32 out, cuBLASLt) at T tokens: TFLOP/s, GB/s
  *   attention  paged decode attention (16 heads / 8 kv heads, head_dim 128, bf16 cache) at batch
  *              B over a context of C tokens: GB/s of K/V read; prefill attention of one sequence
  *   decode     a whole decode step of a synthetic qwen3-0.6b (random bf16 weights, one buffer
  *              shared by every tensor) through the backend itself, with and without CUDA graphs
+ *   sampler    sampler_cuda alone on 256 rows of 151,936 random logits: greedy, temperature 0.6
  * Reached only through the backend registry (BackendEntry.bench_ops). */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -365,6 +366,76 @@ static int bench_decode(void) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- the sampler alone */
+
+typedef struct {
+    const float *logits;
+    const CudaSamplingRow *rows;
+    const int32_t *ids;
+    int32_t *tok;
+    float *lp;
+    int32_t *top;
+    float *tlp;
+    void *scratch;
+    int n, V;
+} SamplerCtx;
+static int sampler_launch(void *ctx, cudaStream_t st) {
+    SamplerCtx *c = ctx;
+    return sampler_cuda(c->logits, c->n, c->V, c->rows, c->ids, c->tok, c->lp, c->top, c->tlp,
+                        c->scratch, st);
+}
+
+/* sampler_cuda on 256 rows of 151,936 random f32 logits (Qwen3's vocabulary): greedy, and
+ * temperature 0.6 alone (no top-k / top-p / min-p / penalties / log-probs) */
+static int bench_sampler(cudaStream_t st) {
+    const int n = 256, V = 151936;
+    const size_t nl = (size_t)n * V;
+    float *h = xmalloc(nl * 4);
+    uint64_t s = 0x2545F4914F6CDD1Dull;
+    for (size_t i = 0; i < nl; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        h[i] = ((float)(s >> 40) / 16777216.0f - 0.5f) * 20.0f; /* uniform in [-10, 10) */
+    }
+    float *logits, *lp, *tlp;
+    int32_t *ids, *tok, *top;
+    CudaSamplingRow *rows;
+    void *scratch;
+    BCHECK(cudaMalloc((void **)&logits, nl * 4));
+    BCHECK(cudaMalloc((void **)&rows, n * sizeof *rows));
+    BCHECK(cudaMalloc((void **)&ids, 4));
+    BCHECK(cudaMalloc((void **)&tok, n * 4));
+    BCHECK(cudaMalloc((void **)&lp, n * 4));
+    BCHECK(cudaMalloc((void **)&top, (size_t)n * CUDA_SAMPLER_MAX_LOGPROBS * 4));
+    BCHECK(cudaMalloc((void **)&tlp, (size_t)n * CUDA_SAMPLER_MAX_LOGPROBS * 4));
+    BCHECK(cudaMalloc(&scratch, sampler_cuda_scratch_bytes(n, V)));
+    BCHECK(cudaMemset(scratch, 0, sampler_cuda_scratch_bytes(n, V)));
+    BCHECK(cudaMemcpy(logits, h, nl * 4, cudaMemcpyHostToDevice));
+    free(h);
+    CudaSamplingRow *hr = xcalloc(n, sizeof *hr);
+    SamplerCtx c = {logits, rows, ids, tok, lp, top, tlp, scratch, n, V};
+    printf("sampler (%d rows x %d f32 logits, no top-k / top-p / min-p / penalties / log-probs): "
+           "ms per call\n",
+           n, V);
+    const float temps[] = {0.0f, 0.6f};
+    for (int ti = 0; ti < 2; ti++) {
+        for (int i = 0; i < n; i++)
+            hr[i] = (CudaSamplingRow){.temperature = temps[ti],
+                                      .top_p = 1,
+                                      .repetition_penalty = 1,
+                                      .num_logprobs = -1,
+                                      .seed = 1234,
+                                      .draw_index = (uint64_t)i};
+        BCHECK(cudaMemcpy(rows, hr, n * sizeof *hr, cudaMemcpyHostToDevice));
+        float ms = time_ms(sampler_launch, &c, st, 20);
+        printf("  temperature %.1f  %8.4f ms  %7.0f GB/s of logits read once\n", temps[ti], ms,
+               (double)nl * 4 / (ms * 1e6));
+    }
+    free(hr);
+    cudaFree(logits), cudaFree(rows), cudaFree(ids), cudaFree(tok), cudaFree(lp), cudaFree(top),
+        cudaFree(tlp), cudaFree(scratch);
+    return 0;
+}
+
 int bench_cuda_ops(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "all";
     char desc[256];
@@ -383,9 +454,11 @@ int bench_cuda_ops(int argc, char **argv) {
     if (!strcmp(what, "all") || !strcmp(what, "attention"))
         any = 1, rc |= bench_attention(p.multiProcessorCount, st);
     if (!strcmp(what, "all") || !strcmp(what, "decode")) any = 1, rc |= bench_decode();
+    if (!strcmp(what, "all") || !strcmp(what, "sampler")) any = 1, rc |= bench_sampler(st);
     cudaStreamDestroy(st);
     if (!any) {
-        fprintf(stderr, "usage: cvllm bench ops --device cuda [gemm|attention|decode|all]\n");
+        fprintf(stderr,
+                "usage: cvllm bench ops --device cuda [gemm|attention|decode|sampler|all]\n");
         return 2;
     }
     return rc;

@@ -3,26 +3,35 @@
  * and presence over output ids, as vLLM), temperature, top-k, top-p over the top-k set, min-p
  * relative to the best token, renormalize, draw with u = cvllm_uniform(seed, output index)
  * (philox.h, the same integer arithmetic as on the CPU). Temperature 0: argmax, lowest id on ties,
- * NaN never wins (all NaN: 0). Log-probs: log_softmax of the raw logits.
+ * NaN never wins (all NaN: 0), one pass over the row. Log-probs: log_softmax of the raw logits.
  *
  * Order of tokens: weight descending, ties by lower id (a total order, as the CPU's). Nothing is
  * sorted: each filter needs only the boundary of its set (the worst token it keeps), found by a
  * radix select over the bits of the weights (non-negative floats order as their bit patterns):
- * top-k by counts, top-p by probability mass; ties at the boundary are resolved in id order by a
- * block scan. Masses are sums of weights in fixed point (w * 2^44 as 64-bit integers), so every
- * sum is exact and independent of the order in which the threads add it: the result is the same
- * at every run. The draw then walks the vocabulary in id order (a block-wide prefix sum) to the
- * first kept token whose cumulated mass exceeds u * kept, like the CPU's loop.
+ * top-k by counts, top-p by probability mass; ties at the boundary are resolved in id order (the
+ * n-th tied id, found as the draw finds its token, with counts for masses). Masses are sums of
+ * weights in fixed point (w * 2^44 as 64-bit integers), so every sum is exact and independent of
+ * the order in which the threads add it: the result is the same at every run. The draw takes the
+ * first kept token, in id order, whose cumulated mass exceeds u * kept, like the CPU's loop, in a
+ * fixed number of block-wide steps: the passes over a row give each warp one contiguous range of
+ * ids (a 32nd of the vocabulary; its lanes take 4 consecutive ids each, one float4 where the row
+ * is 16-byte aligned, 128 ids a warp load, so loads stay coalesced); the kept-mass pass sums each
+ * range's mass separately; a scan over the 32 range masses names the range holding u * kept;
+ * one block-wide prefix sum over that range alone (a contiguous piece of it a thread) names the
+ * piece, and the piece's thread walks it to the token.
  *
  * Penalties need per-token counts: d_scratch holds an int32 [rows, vocab] table, zero between
  * calls (the kernel adds the row's ids, then clears exactly those entries). The logits are never
  * written: penalized values are computed where they are read. */
+#include <type_traits>
+
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/philox.h"
 
 #define SAMPLER_THREADS 1024
-#define FIX_SCALE 17592186044416.0 /* 2^44: a weight in [0, 1] as an integer; vocab < 2^19 */
+#define FIX_SCALE 17592186044416.0f /* 2^44: a weight in [0, 1] as an integer; vocab < 2^19 */
 #define PROMPT_BIT 0x40000000
+#define FULL_MASK 0xffffffffu
 
 struct Row {
     const float *x;
@@ -30,9 +39,11 @@ struct Row {
     float rep, freq, pres;
 };
 
-__device__ __forceinline__ float eff_logit(const Row &R, int i) {
-    float v = R.x[i];
-    if (R.cnt) {
+/* The penalized logit of id i whose raw logit is v. PEN = false: the row has no penalties (R.cnt
+ * is NULL), known where the pass is compiled, so the pass has no per-token branch on it. */
+template <bool PEN = true>
+__device__ __forceinline__ float eff_logit(const Row &R, float v, int i) {
+    if (PEN && R.cnt) {
         const int c = R.cnt[i];
         if (c) {
             const int n = c & (PROMPT_BIT - 1);
@@ -101,6 +112,26 @@ __device__ float block_max_f(float v) {
     return warp_max(v);
 }
 
+__device__ __forceinline__ unsigned long long warp_sum_u64(unsigned long long v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(FULL_MASK, v, o);
+    return v;
+}
+__device__ __forceinline__ int warp_max_i(int v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v = max(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+/* Inclusive prefix sum over the warp in lane order. */
+__device__ __forceinline__ unsigned long long warp_scan_u64(unsigned long long v) {
+    const int lane = threadIdx.x & 31;
+    for (int o = 1; o < 32; o <<= 1) {
+        const unsigned long long n = __shfl_up_sync(FULL_MASK, v, o);
+        if (lane >= o) v += n;
+    }
+    return v;
+}
+
 /* Inclusive prefix sum over the block in thread order; *total gets the block's sum. */
 __device__ unsigned long long block_scan(unsigned long long v, unsigned long long *total) {
     __shared__ unsigned long long part[32];
@@ -126,6 +157,122 @@ __device__ unsigned long long block_scan(unsigned long long v, unsigned long lon
     return v;
 }
 
+/* ------------------------------------------------------------------ warp ranges */
+
+/* The vocabulary as blockDim / 32 contiguous ranges, range w = [w * len, min((w + 1) * len,
+ * vocab)) for warp w: len is a multiple of 4 (so a range's quads of ids are 16-byte aligned where
+ * the row is); the last range is shorter, and with a small vocabulary the last ones are empty. */
+__device__ __forceinline__ int range_len(int vocab) {
+    const int nw = blockDim.x >> 5;
+    return ((vocab + nw - 1) / nw + 3) & ~3;
+}
+
+/* f(v, i) for each id i of range w with its raw logit v, called by the lanes of warp w: lane l
+ * takes ids base + 128 u + 4 l .. + 3 for u < 4 (512 ids a step, the 4 quads loaded before any is
+ * used). reverse: the steps from the end of the range (a second pass over a row then starts with
+ * what the first read last, which L2 is likeliest to still hold: a guess, not measured). The order
+ * of the calls differs from id order: f must only add exact (integer) amounts or take maxima. */
+template <typename F>
+__device__ __forceinline__ void for_range(const float *x, int vocab, int w, bool reverse, F &&f) {
+    const int len = range_len(vocab), lo = w * len, hi = min(lo + len, vocab);
+    if (lo >= hi) return;
+    const int lane = threadIdx.x & 31;
+    const bool vec = ((uintptr_t)x & 15) == 0;
+    const int steps = (hi - lo + 511) >> 9;
+    for (int s = 0; s < steps; s++) {
+        const int base = lo + ((reverse ? steps - 1 - s : s) << 9);
+        if (vec && base + 512 <= hi) { /* warp-uniform: the whole step, 4 float4 loads a lane */
+            float4 q[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                q[u] = __ldg(reinterpret_cast<const float4 *>(x + base + 128 * u + 4 * lane));
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int i = base + 128 * u + 4 * lane;
+                f(q[u].x, i), f(q[u].y, i + 1), f(q[u].z, i + 2), f(q[u].w, i + 3);
+            }
+        } else { /* the range's last step, or a row that is not 16-byte aligned */
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int i = base + 128 * u + 4 * lane;
+                if (i >= hi) continue;
+                if (vec && i + 4 <= hi) {
+                    const float4 q = __ldg(reinterpret_cast<const float4 *>(x + i));
+                    f(q.x, i), f(q.y, i + 1), f(q.z, i + 2), f(q.w, i + 3);
+                } else {
+                    for (int j = 0; j < 4 && i + j < hi; j++)
+                        f(x[i + j], i + j);
+                }
+            }
+        }
+    }
+}
+
+/* After a for_range pass in which each thread added its amounts into mine (and took the largest id
+ * it saw into last): lane l of every warp holds range l's total (own) and the inclusive sum through
+ * range l (incl); total and last are the block's. Same values in every warp. */
+struct Ranges {
+    unsigned long long own, incl, total;
+    int last;
+};
+__device__ Ranges range_totals(unsigned long long mine, int last) {
+    __shared__ unsigned long long ws[32];
+    __shared__ int wl[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    mine = warp_sum_u64(mine);
+    last = warp_max_i(last);
+    __syncthreads(); /* a previous call's readers are done */
+    if (lane == 0) ws[warp] = mine, wl[warp] = last;
+    __syncthreads();
+    Ranges t;
+    t.own = lane < nw ? ws[lane] : 0ull;
+    t.incl = warp_scan_u64(t.own);
+    t.total = __shfl_sync(FULL_MASK, t.incl, 31);
+    t.last = warp_max_i(lane < nw ? wl[lane] : -1);
+    return t;
+}
+
+/* The range in which the running sum first exceeds target (-1 if the total does not), and in
+ * *before the sum of the ranges below it. */
+__device__ __forceinline__ int range_of(const Ranges &t, unsigned long long target,
+                                        unsigned long long *before) {
+    const unsigned m = __ballot_sync(FULL_MASK, t.incl > target);
+    const int w = m ? __ffs(m) - 1 : -1;
+    *before = __shfl_sync(FULL_MASK, t.incl - t.own, w < 0 ? 0 : w);
+    return w;
+}
+
+/* The first id of range w at which the running sum of amount(v, i) (in id order from the range's
+ * start) exceeds target; -1 if none. The range is cut into one contiguous piece a thread: one
+ * block scan over the pieces' sums names the piece, whose thread walks it again. */
+template <typename F>
+__device__ int range_find(const float *x, int vocab, int w, unsigned long long target, F &&amount) {
+    __shared__ int found;
+    const int len = range_len(vocab), lo = w * len, hi = min(lo + len, vocab);
+    const int per = (hi - lo + (int)blockDim.x - 1) / (int)blockDim.x;
+    const int a = min(lo + (int)threadIdx.x * per, hi), b = min(a + per, hi);
+    unsigned long long s = 0;
+    for (int i = a; i < b; i++)
+        s += amount(x[i], i);
+    if (threadIdx.x == 0) found = -1; /* ordered before the finder's store by block_scan */
+    unsigned long long tot;
+    const unsigned long long incl = block_scan(s, &tot);
+    if (incl > target && incl - s <= target) { /* one thread: the piece holding target */
+        unsigned long long c = incl - s;
+        for (int i = a; i < b; i++) {
+            c += amount(x[i], i);
+            if (c > target) {
+                found = i;
+                break;
+            }
+        }
+    }
+    __syncthreads();
+    const int res = found;
+    __syncthreads();
+    return res;
+}
+
 /* ------------------------------------------------------------------ the kernel */
 
 struct Sampling {
@@ -140,15 +287,19 @@ struct Sampling {
     int p_id;
 };
 
-__device__ __forceinline__ float weight(const Sampling &S, int i) {
-    float e = expf((eff_logit(S.R, i) - S.m) * S.inv_t);
+/* The weight of id i whose raw logit is v: exp((logit - max) / T), in [0, 1]. */
+template <bool PEN = true>
+__device__ __forceinline__ float weight(const Sampling &S, float v, int i) {
+    float e = expf((eff_logit<PEN>(S.R, v, i) - S.m) * S.inv_t);
     return e >= 0.0f ? e : 0.0f; /* NaN logits never win */
 }
 __device__ __forceinline__ uint32_t wkey(float w) {
     return __float_as_uint(w);
 }
+/* w * 2^44 truncated: the product is exact in f32 (a power of two, w in [0, 1]), so this is the
+ * integer (unsigned long long)((double)w * 2^44), with one conversion instead of two. */
 __device__ __forceinline__ unsigned long long wfix(float w) {
-    return (unsigned long long)((double)w * FIX_SCALE);
+    return __float2ull_rz(w * FIX_SCALE);
 }
 __device__ __forceinline__ bool inside(uint32_t key, int i, uint32_t bkey, int bid) {
     return key > bkey || (key == bkey && i <= bid);
@@ -156,32 +307,26 @@ __device__ __forceinline__ bool inside(uint32_t key, int i, uint32_t bkey, int b
 __device__ __forceinline__ bool in_topk(const Sampling &S, uint32_t key, int i) {
     return inside(key, i, S.k_key, S.k_id);
 }
+/* kept by the last filters: a positive weight, min-p, inside the top-p (within top-k) boundary */
+__device__ __forceinline__ bool kept_w(const Sampling &S, float w, int i) {
+    return w > 0.0f && w >= S.min_w && inside(wkey(w), i, S.p_key, S.p_id);
+}
 
-/* The rank-th (1-based) lowest id among tokens with key == v inside the top-k set. */
+/* The rank-th (1-based) lowest id among tokens with key == v inside the top-k set (-1: fewer). */
 __device__ int nth_tied_id(const Sampling &S, uint32_t v, int rank) {
-    __shared__ int found;
-    __syncthreads(); /* a previous call's result has been read */
-    if (threadIdx.x == 0) found = -1;
-    __syncthreads();
-    unsigned long long before = 0;
-    for (int base = 0; base < S.vocab; base += blockDim.x) {
-        const int i = base + threadIdx.x;
-        bool f = false;
-        if (i < S.vocab) {
-            const uint32_t k = wkey(weight(S, i));
-            f = k == v && in_topk(S, k, i);
-        }
-        unsigned long long tot;
-        const unsigned long long incl = block_scan(f ? 1ull : 0ull, &tot);
-        if (f && before + incl == (unsigned long long)rank) found = i;
-        before += tot;
-        __syncthreads();
-        if (found >= 0 || before >= (unsigned long long)rank) break;
-    }
-    __syncthreads();
-    const int res = found;
-    __syncthreads();
-    return res;
+    if (rank < 1) return -1;
+    auto tied = [&](float x, int i) -> unsigned long long {
+        const uint32_t k = wkey(weight(S, x, i));
+        return k == v && in_topk(S, k, i) ? 1ull : 0ull;
+    };
+    unsigned long long mine = 0;
+    for_range(S.R.x, S.vocab, threadIdx.x >> 5, false, [&](float x, int i) { mine += tied(x, i); });
+    const Ranges t = range_totals(mine, -1);
+    const unsigned long long target = (unsigned long long)(rank - 1);
+    unsigned long long before;
+    const int w = range_of(t, target, &before);
+    if (w < 0) return -1;
+    return range_find(S.R.x, S.vocab, w, target - before, tied);
 }
 
 /* Radix select over the keys of the tokens inside the top-k set, 8 bits at a time from the top.
@@ -199,12 +344,12 @@ __device__ uint32_t radix_select(const Sampling &S, int by_mass, unsigned long l
         for (int d = threadIdx.x; d < 256; d += blockDim.x)
             hist[d] = 0;
         __syncthreads();
-        for (int i = threadIdx.x; i < S.vocab; i += blockDim.x) {
-            const float w = weight(S, i);
+        for_range(S.R.x, S.vocab, threadIdx.x >> 5, false, [&](float x, int i) {
+            const float w = weight(S, x, i);
             const uint32_t k = wkey(w);
-            if ((k & mask) != prefix || !in_topk(S, k, i)) continue;
+            if ((k & mask) != prefix || !in_topk(S, k, i)) return;
             atomicAdd(&hist[(k >> shift) & 255], by_mass ? wfix(w) : 1ull);
-        }
+        });
         __syncthreads();
         if (threadIdx.x == 0) {
             /* from the best digit down, the first where the running total reaches need; if none
@@ -300,11 +445,12 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
     }
 
     /* greedy, or the argmax the weights are relative to */
+    const int warp = threadIdx.x >> 5;
     ArgMax a = {-INFINITY, -1};
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        ArgMax b = {eff_logit(S.R, i), i};
+    for_range(S.R.x, vocab, warp, false, [&](float v, int i) {
+        const ArgMax b = {eff_logit(S.R, v, i), i};
         if (am_better(b, a)) a = b;
-    }
+    });
     a = block_argmax(a);
     const int imax = a.i < 0 ? 0 : a.i;
     int tok = imax;
@@ -326,10 +472,10 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
         }
         if (use_p) {
             unsigned long long mass = 0;
-            for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-                const float w = weight(S, i);
+            for_range(S.R.x, vocab, warp, false, [&](float v, int i) {
+                const float w = weight(S, v, i);
                 if (in_topk(S, wkey(w), i)) mass += wfix(w);
-            }
+            });
             mass = block_sum_t<unsigned long long>(mass);
             const unsigned long long need = (unsigned long long)((double)P.top_p * (double)mass);
             unsigned long long above;
@@ -345,39 +491,35 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
         S.p_id = bid;
         S.min_w = P.min_p > 0.0f ? P.min_p * 1.0f : 0.0f; /* min_p * w[imax], w[imax] = 1 */
 
-        /* kept mass, then the draw in id order */
-        unsigned long long kept = 0;
+        /* kept mass, range by range (from the ranges' ends: see for_range), then the draw in id
+         * order: the range holding the target, then the token inside it */
+        unsigned long long mine = 0;
         int last = -1;
-        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-            const float w = weight(S, i);
-            if (w > 0.0f && w >= S.min_w && inside(wkey(w), i, bkey, bid))
-                kept += wfix(w), last = i;
-        }
-        kept = block_sum_t<unsigned long long>(kept);
-        ArgMax la = {(float)last, last};
-        la = block_argmax(la); /* the last kept id: the fallback if rounding never reaches u */
-        const double u = cvllm_uniform(P.seed, P.draw_index);
-        const unsigned long long target = (unsigned long long)(u * (double)kept);
-        __shared__ int found;
-        if (threadIdx.x == 0) found = -1;
-        __syncthreads();
-        unsigned long long before = 0;
+        auto kept_pass = [&](auto pen) {
+            for_range(S.R.x, vocab, warp, true, [&](float v, int i) {
+                const float w = weight<decltype(pen)::value>(S, v, i);
+                if (kept_w(S, w, i)) mine += wfix(w), last = max(last, i);
+            });
+        };
+        if (S.R.cnt)
+            kept_pass(std::true_type());
+        else
+            kept_pass(std::false_type());
+        const Ranges t = range_totals(mine, last); /* t.last: the last kept id, the fallback if
+                                                      rounding never reaches u */
+        const unsigned long long kept = t.total;
         if (kept > 0) {
-            for (int base = 0; base < vocab; base += blockDim.x) {
-                const int i = base + threadIdx.x;
-                unsigned long long wf = 0;
-                if (i < vocab) {
-                    const float w = weight(S, i);
-                    if (w > 0.0f && w >= S.min_w && inside(wkey(w), i, bkey, bid)) wf = wfix(w);
-                }
-                unsigned long long tot;
-                const unsigned long long incl = block_scan(wf, &tot);
-                if (wf && before + incl > target && before + incl - wf <= target) found = i;
-                before += tot;
-                __syncthreads();
-                if (found >= 0) break;
-            }
-            tok = found >= 0 ? found : (la.i >= 0 ? la.i : imax);
+            const double u = cvllm_uniform(P.seed, P.draw_index);
+            const unsigned long long target = (unsigned long long)(u * (double)kept);
+            unsigned long long before;
+            const int w = range_of(t, target, &before);
+            int found = -1;
+            if (w >= 0)
+                found = range_find(S.R.x, vocab, w, target - before, [&](float v, int i) {
+                    const float wt = weight(S, v, i);
+                    return kept_w(S, wt, i) ? wfix(wt) : 0ull;
+                });
+            tok = found >= 0 ? found : (t.last >= 0 ? t.last : imax);
         }
     }
     if (threadIdx.x == 0) {
