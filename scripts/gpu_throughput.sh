@@ -9,9 +9,9 @@
 # (the build before the change), a profiled --enforce-eager run (the decode step by op class),
 # the engine tests, and `bench ops --device cuda` for both binaries. Logs: $OUT/bench.log.
 # VARIANTS=1 adds the switched-off runs (CVLLM_CUDA_GEMV_MAX_T=0, CVLLM_CUDA_GEMV=wide|warp,
-# CVLLM_CUDA_ATTN_SIMT=1); SWITCHES=1 the planned decode attention, the tuned products and the
-# programmatic launches switched off one at a time (CVLLM_CUDA_DEC_PLAN=0, CVLLM_CUDA_GEMM_TUNE=0,
-# CVLLM_CUDA_PDL=0) and the fp8 cache with and without the plan. NO_SECOND=1 skips the second runs.
+# CVLLM_CUDA_ATTN_SIMT=1); SWITCHES=1 the longest-first decode order and the programmatic
+# launches switched off one at a time (CVLLM_CUDA_DEC_ORDER=0, CVLLM_CUDA_PDL=0) and the fp8
+# cache. NO_SECOND=1 skips the second runs.
 H=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp}
 L=$OUT/bench.log
@@ -84,17 +84,12 @@ if [ -n "${VARIANTS:-}" ]; then
     b new-prefill-simt cvllm prefill CVLLM_CUDA_ATTN_SIMT=1
 fi
 b new-default-eager-prof cvllm default CVLLM_CUDA_PROFILE=1 -- --enforce-eager
-if [ -n "${SWITCHES:-}" ]; then # each of this round's changes switched off, and the fp8 cache
-    b noplan-default cvllm default CVLLM_CUDA_DEC_PLAN=0
-    b notune-default cvllm default CVLLM_CUDA_GEMM_TUNE=0
+if [ -n "${SWITCHES:-}" ]; then # this round's changes switched off, and the fp8 cache
+    b noorder-default cvllm default CVLLM_CUDA_DEC_ORDER=0
+    b noorder-fixed cvllm fixed CVLLM_CUDA_DEC_ORDER=0
     b nopdl-default cvllm default CVLLM_CUDA_PDL=0
-    b noplan-fixed cvllm fixed CVLLM_CUDA_DEC_PLAN=0
     b nopdl-batch1 cvllm batch1 CVLLM_CUDA_PDL=0
-    b noplan-batch1 cvllm batch1 CVLLM_CUDA_DEC_PLAN=0
     b fp8-default cvllm default -- --kv-cache-dtype fp8
-    b fp8-noplan-default cvllm default CVLLM_CUDA_DEC_PLAN=0 -- --kv-cache-dtype fp8
-    echo "==== bench ops gemm, CVLLM_CUDA_GEMM_TUNE=0" >>"$L"
-    CVLLM_CUDA_GEMM_TUNE=0 timeout 60 bash "$H/run.sh" cvllm bench ops --device cuda gemm >>"$L" 2>&1
     echo "==== bench ops decode, CVLLM_CUDA_PDL=0" >>"$L"
     CVLLM_CUDA_PDL=0 timeout 60 bash "$H/run.sh" cvllm bench ops --device cuda decode >>"$L" 2>&1
 fi
