@@ -11,9 +11,8 @@
  * bf16 / f16 / f32, 8-byte loads of an fp8 cache: 8 elements a lane as with bf16, so the lane
  * layout and registers are bf16's and the bytes half), so a warp reads 32 / LANES keys at a time;
  * an fp8 element is dequantized in registers (f32(stored) * k_scale or v_scale, the CPU twin's
- * arithmetic exactly); each lane group keeps its own softmax state (scores in log2 units, one
- * exp2 a weight; the running max and the rescale once per round of 4 keys a lane group), merged
- * across the warp by shuffles and across warps in shared memory. When
+ * arithmetic exactly); each lane group keeps its own softmax state (scores in log2 units: one
+ * exp2 a weight), merged across the warp by shuffles and across warps in shared memory. When
  * sequences x kv heads would leave the GPU idle (small batches, long contexts), the context is
  * split into partitions whose states are written to a workspace and merged by a second kernel.
  *
@@ -138,7 +137,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     const int32_t *table = p.block_tables + (int64_t)s * p.max_blocks_per_seq;
     const C *kc = (const C *)p.k_cache, *vc = (const C *)p.v_cache;
     const float ks = p.k_scale, vs = p.v_scale; /* fp8 only */
-    /* scores in log2 units (q . k * scale * log2 e), so that each weight is one exp2 */
+    /* scores in log2 units (q . k * scale * log2 e), so that each weight is one exp2f (expf is
+     * several instructions more, and the kernel issues an instruction most cycles) */
     const float scale2 = p.scale * 1.44269504088896341f;
 
     float q[QH][VEC], acc[QH][VEC], m[QH], l[QH];
@@ -154,6 +154,29 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                           : 0.0f;
         }
     }
+    /* online softmax update of the QH heads with one lane group's key (k, v in f32) */
+    auto update = [&](const float *k, const float *v, bool valid) {
+#pragma unroll
+        for (int h = 0; h < QH; h++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                d += q[h][e] * k[e];
+#pragma unroll
+            for (int o = LANES / 2; o > 0; o >>= 1)
+                d += __shfl_xor_sync(0xffffffffu, d, o);
+            if (!valid) continue;
+            const float sc = d * scale2;
+            const float mn = fmaxf(m[h], sc);
+            const float corr = exp2f(m[h] - mn); /* m = -inf (first key): 0 */
+            const float pe = exp2f(sc - mn);
+            l[h] = l[h] * corr + pe;
+#pragma unroll
+            for (int e = 0; e < VEC; e++)
+                acc[h][e] = acc[h][e] * corr + pe * v[e];
+            m[h] = mn;
+        }
+    };
     bool done = false;
     constexpr int VB = VEC * (int)sizeof(C);
     typedef typename VecLoad<VB>::T LT;
@@ -167,9 +190,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
              * waits for. */
             __shared__ int32_t sm_tab[DEC_TAB];
             const int bs = p.block_size, step = DEC_WARPS * KPW * U;
+            /* a shift and a mask for the usual power-of-two block sizes (a division else) */
             const bool pow2 = (bs & (bs - 1)) == 0;
             const int bs_shift = __ffs(bs) - 1;
-            const int64_t head_off = (int64_t)kvh * hd + li * VEC;
             for (int cs = j0; cs < j1;) {
                 const int b0 = cs / bs;
                 const int ce = min(j1, (b0 + DEC_TAB) * bs);
@@ -178,79 +201,39 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                 for (int i = threadIdx.x; i < nb; i += blockDim.x)
                     sm_tab[i] = table[b0 + i];
                 __syncthreads();
-                /* key j of this lane group: its slot through the staged table (a shift and
-                 * a mask for the usual power-of-two block sizes) */
-                auto slot_of = [&](int j) -> int64_t {
-                    const int b = pow2 ? j >> bs_shift : j / bs, r = pow2 ? j & (bs - 1) : j % bs;
-                    return (int64_t)sm_tab[b - b0] * bs + r;
-                };
-                auto load_k = [&](int j, LT &kr_) {
-                    kr_ = j < ce ? *(const LT *)(kc + slot_of(j) * kv_stride + head_off) : LT{};
-                };
-                auto load_v = [&](int j, LT &vr_) {
-                    vr_ = j < ce ? *(const LT *)(vc + slot_of(j) * kv_stride + head_off) : LT{};
-                };
-                /* U groups of keys in flight per warp: slot u's K (V) is loaded again for the
-                 * next round as soon as it has been converted, so the loads of the next round
-                 * overlap this round's arithmetic without a second set of registers. A round's
-                 * scores come first; the running max and the rescale of acc and l are then done
-                 * once a round (not once a key), and each key's weight and value after. */
                 LT kr[U], vr[U];
+                auto load = [&](int jb_, LT *kr_, LT *vr_) {
+#pragma unroll
+                    for (int u = 0; u < U; u++) {
+                        const int j = jb_ + u * KPW + gi;
+                        if (j < ce) {
+                            const int b = pow2 ? j >> bs_shift : j / bs;
+                            const int r = pow2 ? j & (bs - 1) : j % bs;
+                            const int64_t slot = (int64_t)sm_tab[b - b0] * bs + r;
+                            const int64_t off = slot * kv_stride + (int64_t)kvh * hd + li * VEC;
+                            kr_[u] = *(const LT *)(kc + off);
+                            vr_[u] = *(const LT *)(vc + off);
+                        } else {
+                            kr_[u] = LT{};
+                            vr_[u] = LT{};
+                        }
+                    }
+                };
                 int jb = cs + warp * KPW * U;
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    load_k(jb + u * KPW + gi, kr[u]);
-                    load_v(jb + u * KPW + gi, vr[u]);
-                }
+                if (jb < ce) load(jb, kr, vr);
                 for (; jb < ce; jb += step) {
-                    const int jn = jb + step; /* the next round's first key of this warp */
-                    float sc[U][QH];
+                    LT kn[U], vn[U];
+                    if (jb + step < ce) load(jb + step, kn, vn);
 #pragma unroll
                     for (int u = 0; u < U; u++) {
-                        float k[VEC];
+                        float k[VEC], v[VEC];
                         cvt_vec<C, VEC>(&kr[u], k, ks);
-                        load_k(jn + u * KPW + gi, kr[u]);
-                        const bool valid = jb + u * KPW + gi < ce;
-#pragma unroll
-                        for (int h = 0; h < QH; h++) {
-                            float d = 0.0f;
-#pragma unroll
-                            for (int e = 0; e < VEC; e++)
-                                d += q[h][e] * k[e];
-#pragma unroll
-                            for (int o = LANES / 2; o > 0; o >>= 1)
-                                d += __shfl_xor_sync(0xffffffffu, d, o);
-                            sc[u][h] = valid ? d * scale2 : -INFINITY;
-                        }
-                    }
-#pragma unroll
-                    for (int h = 0; h < QH; h++) {
-                        float mn = m[h];
-#pragma unroll
-                        for (int u = 0; u < U; u++)
-                            mn = fmaxf(mn, sc[u][h]);
-                        /* mn = -inf: no key yet (acc and l are 0, nothing to rescale) */
-                        const float corr = mn == -INFINITY ? 1.0f : exp2f(m[h] - mn);
-                        l[h] *= corr;
-#pragma unroll
-                        for (int e = 0; e < VEC; e++)
-                            acc[h][e] *= corr;
-                        m[h] = mn;
-                    }
-#pragma unroll
-                    for (int u = 0; u < U; u++) {
-                        float v[VEC];
                         cvt_vec<C, VEC>(&vr[u], v, vs);
-                        load_v(jn + u * KPW + gi, vr[u]);
-#pragma unroll
-                        for (int h = 0; h < QH; h++) {
-                            const float pe = sc[u][h] == -INFINITY ? 0.0f : exp2f(sc[u][h] - m[h]);
-                            l[h] += pe;
-#pragma unroll
-                            for (int e = 0; e < VEC; e++)
-                                acc[h][e] += pe * v[e];
-                        }
+                        update(k, v, jb + u * KPW + gi < ce);
                     }
+#pragma unroll
+                    for (int u = 0; u < U; u++)
+                        kr[u] = kn[u], vr[u] = vn[u];
                 }
                 cs = ce;
             }
