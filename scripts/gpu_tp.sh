@@ -23,7 +23,7 @@ parts=" $* "
 [ $# -eq 0 ] && parts=" tests bench "
 if [[ $parts == *" tests "* ]]; then
   t=$(date +%s)
-  TEST_TIMEOUT=170 timeout 180 $R test_cuda_kernels > "$OUT/kernels.log" 2>&1
+  TEST_TIMEOUT=290 timeout 300 $R test_cuda_kernels > "$OUT/kernels.log" 2>&1
   echo "test_cuda_kernels exit $? ($(($(date +%s) - t)) s)" | tee -a "$S"
   t=$(date +%s)
   CVLLM_BIN=$H/bin/cvllm CVLLM_TEST_TP_MODEL=$M CVLLM_TEST_FILTER=${ENGINE_TESTS:-*} \
