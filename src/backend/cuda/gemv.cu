@@ -24,24 +24,32 @@ template <typename C> __device__ __forceinline__ void unpack8(const uint4 &u, fl
         f[i] = to_f32(e[i]);
 }
 
-/* The weights do not depend on the kernel before: a block asks L2 for its rows before it waits
- * for that kernel (pdl_wait), so that the loads below find them there. Thread i of n takes the
- * row's 128-byte lines i, i + n, ... */
+/* The weights do not depend on the kernel before: a block asks L2 for the start of its rows
+ * before it waits for that kernel (pdl_wait), so that its first loads find them there. How much:
+ * pf bytes of each row, at most GEMV_PREFETCH_BUDGET / N (gemv_prefetch_bytes), so that what all
+ * the rows ask for stays well inside the 50 MB L2: whole rows at qwen3-8b's K = 4096 (1,056
+ * resident blocks of 8 rows of 8 KB, 67 MB) outgrew it and were read twice (its batch-1 decode
+ * 195 -> 164 tok/s, H200, 2026-11-23), while qwen3-0.6b's rows (2-6 KB) fit whole. Thread i of n
+ * takes the 128-byte lines i, i + n, ... */
+#define GEMV_PREFETCH_BUDGET (16 << 20)
 template <typename C>
-__device__ __forceinline__ void prefetch_row(const C *row, int K, int i, int n) {
+__device__ __forceinline__ void prefetch_row(const C *row, int pf, int i, int n) {
     const char *b = (const char *)row;
-    const int bytes = K * (int)sizeof(C);
-    for (int o = i * 128; o < bytes; o += n * 128)
+    for (int o = i * 128; o < pf; o += n * 128)
         asm volatile("prefetch.global.L2 [%0];" ::"l"(b + o));
+}
+static int gemv_prefetch_bytes(int N, int K, int elem) {
+    const long long row = (long long)K * elem, share = (long long)GEMV_PREFETCH_BUDGET / N;
+    return (int)(row < share ? row : share);
 }
 
 template <typename C, int TT>
 __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_kernel(float *__restrict__ y, int64_t ldy, const C *__restrict__ x,
-                const C *__restrict__ w, int N, int K) {
+                const C *__restrict__ w, int N, int K, int pf) {
     const int sub = threadIdx.x / GEMV_TPR, j = threadIdx.x % GEMV_TPR;
     const int n = blockIdx.x * GEMV_ROWS + sub;
-    if (n < N) prefetch_row(w + (int64_t)n * K, K, j, GEMV_TPR);
+    if (n < N) prefetch_row(w + (int64_t)n * K, pf, j, GEMV_TPR);
     pdl_wait();
     pdl_trigger();
     float acc[TT];
@@ -86,10 +94,10 @@ __global__ void __launch_bounds__(GEMV_THREADS)
 template <typename C, int TT>
 __global__ void __launch_bounds__(256)
     gemv_warp_kernel(float *__restrict__ y, int64_t ldy, const C *__restrict__ x,
-                     const C *__restrict__ w, int N, int K) {
+                     const C *__restrict__ w, int N, int K, int pf) {
     const int lane = threadIdx.x & 31;
     const int n = blockIdx.x * 8 + (threadIdx.x >> 5);
-    if (n < N) prefetch_row(w + (int64_t)n * K, K, lane, 32);
+    if (n < N) prefetch_row(w + (int64_t)n * K, pf, lane, 32);
     pdl_wait();
     pdl_trigger();
     if (n >= N) return; /* a whole warp: nothing below synchronizes the block */
@@ -139,13 +147,14 @@ static void launch_gemv(float *y, int64_t ldy, const void *x, const void *w, int
     const int warp = gemv_use_warp(N);
     const dim3 grid(warp ? (N + 7) / 8 : (N + GEMV_ROWS - 1) / GEMV_ROWS);
     const C *xc = (const C *)x, *wc = (const C *)w;
+    const int pf = gemv_prefetch_bytes(N, K, (int)sizeof(C));
     switch (T) {
 #define GEMV_CASE(TT)                                                                              \
     case TT:                                                                                       \
         if (warp)                                                                                  \
-            pdl_launch(gemv_warp_kernel<C, TT>, grid, 256, 0, st, y, ldy, xc, wc, N, K);           \
+            pdl_launch(gemv_warp_kernel<C, TT>, grid, 256, 0, st, y, ldy, xc, wc, N, K, pf);       \
         else                                                                                       \
-            pdl_launch(gemv_kernel<C, TT>, grid, GEMV_THREADS, 0, st, y, ldy, xc, wc, N, K);       \
+            pdl_launch(gemv_kernel<C, TT>, grid, GEMV_THREADS, 0, st, y, ldy, xc, wc, N, K, pf);   \
         break;
         GEMV_CASE(1)
         GEMV_CASE(2)
