@@ -896,23 +896,24 @@ static int copy_inputs(CudaBackend *c, int T, int S, int n_logits) {
     return 0;
 }
 
-/* The decode attention's launch order of S lanes from the staged context lengths: longest first
- * (ties: lower index first), so that the blocks that start last, when the GPU runs out of blocks
- * to start, are the shortest: a long context starting late was the step's tail. Sorted as keys
- * (2^31 - 1 - length) << 32 | index, ascending. */
 static int cmp_u64(const void *a, const void *b) {
     const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
 }
+void attention_decode_order(const int32_t *ctx, int S, uint64_t *keys, int32_t *order) {
+    for (int i = 0; i < S; i++) {
+        const int64_t len = ctx[i] > 0 ? ctx[i] : 0;
+        keys[i] = (uint64_t)(INT32_MAX - len) << 32 | (uint32_t)i;
+    }
+    qsort(keys, (size_t)S, sizeof *keys, cmp_u64);
+    for (int i = 0; i < S; i++)
+        order[i] = (int32_t)(keys[i] & 0xffffffffu);
+}
+
+/* The decode attention's launch order of the S staged lanes, to the device. */
 static int stage_order(CudaBackend *c, int S) {
     if (!c->order_decode) return 0;
-    for (int i = 0; i < S; i++) {
-        const int64_t len = c->h_ctx[i] > 0 ? c->h_ctx[i] : 0;
-        c->order_keys[i] = (uint64_t)(INT32_MAX - len) << 32 | (uint32_t)i;
-    }
-    qsort(c->order_keys, (size_t)S, sizeof *c->order_keys, cmp_u64);
-    for (int i = 0; i < S; i++)
-        c->h_order[i] = (int32_t)(c->order_keys[i] & 0xffffffffu);
+    attention_decode_order(c->h_ctx, S, c->order_keys, c->h_order);
     CUDA_TRY(cudaMemcpyAsync(c->d_order, c->h_order, (size_t)S * 4, cudaMemcpyHostToDevice,
                              c->stream));
     return 0;

@@ -198,13 +198,8 @@ static int bench_attention(int num_sms, cudaStream_t st) {
                    2.0 * B * C * nkv * hd * 2 / (ms * 1e6));
             if (!Cs[ci]) { /* mixed: the backend's launch order, longest context first */
                 int32_t ord[Bmax];
-                for (int i = 0; i < B; i++)
-                    ord[i] = i;
-                for (int i = 1; i < B; i++) /* insertion sort, descending context */
-                    for (int j = i; j > 0 && hctx[ord[j]] > hctx[ord[j - 1]]; j--) {
-                        const int32_t t = ord[j];
-                        ord[j] = ord[j - 1], ord[j - 1] = t;
-                    }
+                uint64_t keys[Bmax];
+                attention_decode_order(hctx, B, keys, ord);
                 cudaMemcpy(order, ord, B * 4, cudaMemcpyHostToDevice);
                 a.p.seq_order = order;
                 ms = time_ms(attn_launch, &a, st, 20);

@@ -141,6 +141,11 @@ int attention_cuda_supported(int hd);
 size_t attention_decode_ws_bytes(int num_seqs, int n_heads, int hd, int num_parts);
 int attention_decode_num_parts(const AttentionParams *p, int num_sms);
 int attention_decode_cuda(const AttentionParams *p, int num_parts, void *d_ws, cudaStream_t stream);
+/* The backend's seq_order (host code, backend_cuda.c): the S lanes by context length, longest
+ * first (ties: lower index first), so that the blocks that start last, when the GPU runs out of
+ * blocks to start, are the shortest (a long context starting late was a step's tail). Sorts keys
+ * (2^31 - 1 - length) << 32 | index; keys: S of scratch. */
+void attention_decode_order(const int32_t *ctx, int S, uint64_t *keys, int32_t *order);
 
 /* Prefill (varlen, causal, cached prefix read through the block table): flash-attention style,
  * a block per (32-query tile, query head, sequence), keys in 32-key shared-memory tiles with an
