@@ -38,6 +38,10 @@ static const char FFFD[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
 /* Decodes bytes as UTF-8 with replacement. When !final, an incomplete (but so far valid)
  * sequence at the end is not decoded; returns the number of bytes consumed. */
 static size_t utf8_lossy(const uint8_t *s, size_t n, int final, Str *out) {
+    if (n == 0) { /* s may be NULL: no pointer arithmetic on it (fuzz_tokenizer, UBSan) */
+        str_put(out, "", 0);
+        return 0;
+    }
     size_t i = 0, run = 0; /* run: start of pending valid bytes not yet copied */
     while (i < n) {
         uint8_t c = s[i];
