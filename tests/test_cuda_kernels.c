@@ -529,11 +529,14 @@ static void test_gemm(void **state) {
     CudaGemm *g = NULL;
     OK(gemm_create(&g, ws, 32 << 20));
     /* T <= 4 with K % 8 == 0 runs in gemv.cu (T 1..4, K 1024, 3072, 2048; N >= 2048 a warp per
-     * row, odd N of both kinds); {2, 96, 100}: K not a multiple of 8, cuBLASLt */
+     * row, odd N of both kinds); {2, 96, 100}: K not a multiple of 8, cuBLASLt; the rest
+     * cuBLASLt, among them the decode shapes of T 8..256 (odd N and T included) */
     const int shapes[][3] = {{1, 1024, 1024},  {3, 4096, 1024}, {17, 3072, 1024}, {64, 512, 96},
                              {257, 1000, 320}, {5, 151936, 64}, {1000, 96, 128},  {2, 1024, 3072},
-                             {4, 6144, 1024},  {1, 1023, 2048}, {2, 96, 100},     {2, 2049, 2048}};
-    for (int si = 0; si < 12; si++)
+                             {4, 6144, 1024},  {1, 1023, 2048}, {2, 96, 100},     {2, 2049, 2048},
+                             {8, 1024, 2048},  {40, 1024, 3072}, {128, 1000, 2048}, {200, 4096, 1024},
+                             {256, 1024, 3072}, {33, 6144, 1024}, {9, 1030, 1024}};
+    for (int si = 0; si < (int)(sizeof shapes / sizeof shapes[0]); si++)
         for (int di = 0; di < 3; di++) {
             const int T = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
             const DType dt = DTYPES[di];
@@ -564,6 +567,57 @@ static void test_gemm(void **state) {
         }
     gemm_destroy(g);
     cudaFree(ws);
+}
+
+/* gemv_silu_pair_cuda against gemv_cuda + silu_mul_cuda (bit for bit where gemv_cuda also takes
+ * a warp a row: 2N >= 2048; else within a bf16 step) and the CPU (matmul, then silu_mul's
+ * formula, rounded to the dtype); N odd, K down to 64. */
+static void test_gemv_silu_pair(void **state) {
+    (void)state;
+    const int shapes[][2] = {{3072, 1024}, {2048, 1024}, {1025, 64}, {512, 3072}, {100, 2048}};
+    for (int si = 0; si < 5; si++)
+        for (int di = 0; di < 2; di++) {
+            const int N = shapes[si][0], K = shapes[si][1];
+            const DType dt = DTYPES[di];
+            const size_t es = dtype_size(dt);
+            float *w = xmalloc((size_t)2 * N * K * 4), *x = xmalloc((size_t)K * 4);
+            for (int64_t i = 0; i < (int64_t)2 * N * K; i++)
+                w[i] = round_to(dt, 0.5f * frand());
+            for (int i = 0; i < K; i++)
+                x[i] = round_to(dt, frand());
+            void *wh = pack(dt, w, (int64_t)2 * N * K), *xh = pack(dt, x, K);
+            void *dw = dev_upload(wh, (size_t)2 * N * K * es), *dx = dev_upload(xh, (size_t)K * es);
+            void *dg = dev_poisoned((size_t)N * es), *dg2 = dev_poisoned((size_t)N * es);
+            float *dgu = dev_poisoned((size_t)2 * N * 4);
+            OK(gemv_silu_pair_cuda(dg, dx, dw, dt, N, K, g_stream));
+            OK(gemv_cuda(dgu, 2 * N, dx, dw, dt, 1, 2 * N, K, g_stream));
+            OK(silu_mul_cuda(dg2, dt, dgu, 1, N, g_stream));
+            void *h1 = xmalloc((size_t)N * es), *h2 = xmalloc((size_t)N * es);
+            float *g1 = xmalloc((size_t)N * 4), *g2 = xmalloc((size_t)N * 4),
+                  *gu = xmalloc((size_t)2 * N * 4), *ref = xmalloc((size_t)N * 4);
+            dev_download(h1, dg, (size_t)N * es);
+            dev_download(h2, dg2, (size_t)N * es);
+            unpack(dt, h1, g1, N);
+            unpack(dt, h2, g2, N);
+            char what[80];
+            snprintf(what, sizeof what, "gemv silu pair %s [2 x %d x %d]", dtype_name(dt), N, K);
+            if (2 * N >= 2048) {
+                if (memcmp(h1, h2, (size_t)N * es)) compare(what, g1, g2, N, 0.0);
+            } else {
+                compare(what, g1, g2, N, 1e-2);
+            }
+            MatmulArgs a = {
+                .x = x, .ldx = K, .T = 1, .w = w, .wdt = DTYPE_F32, .K = K, .y = gu, .ldy = 2 * N};
+            matmul_rows_scalar(&a, 0, 2 * N);
+            for (int i = 0; i < N; i++)
+                ref[i] = round_to(dt, gu[i] / (1.0f + expf(-gu[i])) * gu[N + i]);
+            snprintf(what, sizeof what, "gemv silu pair %s [2 x %d x %d] vs CPU", dtype_name(dt),
+                     N, K);
+            compare(what, g1, ref, N, 1e-2);
+            cudaFree(dw), cudaFree(dx), cudaFree(dg), cudaFree(dg2), cudaFree(dgu);
+            free(w), free(x), free(wh), free(xh), free(h1), free(h2), free(g1), free(g2), free(gu),
+                free(ref);
+        }
 }
 
 /* ---------------------------------------------------------------- attention */
@@ -1313,6 +1367,7 @@ int main(void) {
         cmocka_unit_test(test_fp8_conversions),
         cmocka_unit_test(test_silu_mul_gather_bias),
         cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_gemv_silu_pair),
         cmocka_unit_test(test_attention_prefill),
         cmocka_unit_test(test_attention_decode),
         cmocka_unit_test(test_sampler_rows),

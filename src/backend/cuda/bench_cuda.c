@@ -1,6 +1,7 @@
 /* bench_cuda.c: `cvllm bench ops --device cuda [gemm|attention|decode|sampler|all]`: the CUDA
  * backend's own figures on this GPU, timed with CUDA events (median of repeats after a warm-up):
- *   gemm       the qwen3-0.6b products (bf16 in, f32 out, cuBLASLt) at T tokens: TFLOP/s, GB/s
+ *   gemm       the qwen3-0.6b products (bf16 in, f32 out, as gemm_cuda routes them: gemv.cu or
+ *              cuBLASLt) at T tokens: TFLOP/s, GB/s
  *   attention  paged decode attention (16 heads / 8 kv heads, head_dim 128, bf16 cache) at batch
  *              B over a context of C tokens: GB/s of K/V read; prefill attention of one sequence
  *   decode     a whole decode step of a synthetic qwen3-0.6b (random bf16 weights, one buffer
@@ -86,7 +87,7 @@ static int bench_gemm(cudaStream_t st) {
     const int shapes[][2] = {
         {4096, 1024}, {1024, 2048}, {6144, 1024}, {1024, 3072}, {151936, 1024}};
     const char *names[] = {"qkv", "o_proj", "gate_up", "down", "lm_head"};
-    const int Ts[] = {1, 16, 64, 256, 2048, 8192};
+    const int Ts[] = {1, 8, 16, 32, 64, 128, 256, 2048, 8192};
     void *ws, *x, *w;
     float *y;
     BCHECK(cudaMalloc(&ws, 32 << 20));
@@ -98,9 +99,10 @@ static int bench_gemm(cudaStream_t st) {
     fill_random_bf16(w, (size_t)151936 * 1024);
     CudaGemm *g;
     BOK(gemm_create(&g, ws, 32 << 20));
-    printf("gemm (bf16 in, f32 accumulate and out, cuBLASLt): ms, TFLOP/s, GB/s of weights\n");
+    printf("gemm (bf16 in, f32 accumulate and out; T <= 4: gemv.cu, else cuBLASLt): ms, TFLOP/s, "
+           "GB/s of weights\n");
     for (int si = 0; si < 5; si++)
-        for (int ti = 0; ti < 6; ti++) {
+        for (int ti = 0; ti < 9; ti++) {
             const int T = Ts[ti], N = shapes[si][0], K = shapes[si][1];
             if (si == 4 && T > 2048) continue;
             GemmCtx c = {g, y, x, w, T, N, K};

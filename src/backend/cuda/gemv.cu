@@ -125,6 +125,43 @@ __global__ void __launch_bounds__(256)
     }
 }
 
+/* One token's gate/up product with silu_mul_kernel folded in: W is [2N, K] (the gate rows, then the
+ * up rows); warp n takes gate row n and up row N + n (gemv_warp_kernel's loop and sums for each, so
+ * both dots are that kernel's bit for bit) and writes g[n] = adt(silu(gate) * up), as
+ * silu_mul_kernel does: a launch fewer a layer at batch 1, and no f32 gate/up row written and
+ * read back. */
+template <typename C>
+__global__ void __launch_bounds__(256)
+    gemv_silu_pair_kernel(C *__restrict__ g, const C *__restrict__ x, const C *__restrict__ w,
+                          int N, int K, int pf) {
+    const int lane = threadIdx.x & 31;
+    const int n = blockIdx.x * 8 + (threadIdx.x >> 5);
+    if (n < N) {
+        prefetch_row(w + (int64_t)n * K, pf, lane, 32);
+        prefetch_row(w + (int64_t)(N + n) * K, pf, lane, 32);
+    }
+    pdl_wait();
+    pdl_trigger();
+    if (n >= N) return;
+    const C *gr = w + (int64_t)n * K, *ur = w + (int64_t)(N + n) * K;
+    float ag = 0.0f, au = 0.0f;
+#pragma unroll 4
+    for (int k = lane * 8; k < K; k += 256) {
+        float gf[8], uf[8], xf[8];
+        unpack8<C>(__ldg((const uint4 *)(gr + k)), gf);
+        unpack8<C>(__ldg((const uint4 *)(ur + k)), uf);
+        unpack8<C>(__ldg((const uint4 *)(x + k)), xf);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            ag += gf[i] * xf[i];
+            au += uf[i] * xf[i];
+        }
+    }
+    ag = warp_sum(ag);
+    au = warp_sum(au);
+    if (lane == 0) g[n] = from_f32<C>(ag / (1.0f + expf(-ag)) * au);
+}
+
 /* CVLLM_CUDA_GEMV: "wide" (2 rows a block), "warp" (a warp per row) or unset: a warp per row when
  * N >= 2048, else wide. */
 static int gemv_use_warp(int N) {
@@ -179,6 +216,25 @@ extern "C" int gemv_cuda(float *d_y, int64_t ldy, const void *d_x, const void *d
         launch_gemv<__nv_bfloat16>(d_y, ldy, d_x, d_w, T, N, K, stream);
     else
         launch_gemv<__half>(d_y, ldy, d_x, d_w, T, N, K, stream);
+    CUDA_LAUNCH_TRY();
+    return 0;
+}
+
+extern "C" int gemv_silu_pair_cuda(void *d_g, const void *d_x, const void *d_w, DType adt, int N,
+                                   int K, cudaStream_t stream) {
+    if (!gemv_cuda_supported(adt, 1, K, d_x, d_w))
+        return cvllm_errorf(CVLLM_EINVAL, "cuda gemv silu pair: dtype %d, K %d not supported",
+                            (int)adt, K);
+    const dim3 grid((N + 7) / 8);
+    if (adt == DTYPE_BF16) {
+        typedef __nv_bfloat16 C;
+        pdl_launch(gemv_silu_pair_kernel<C>, grid, 256, 0, stream, (C *)d_g, (const C *)d_x,
+                   (const C *)d_w, N, K, gemv_prefetch_bytes(2 * N, K, (int)sizeof(C)));
+    } else {
+        typedef __half C;
+        pdl_launch(gemv_silu_pair_kernel<C>, grid, 256, 0, stream, (C *)d_g, (const C *)d_x,
+                   (const C *)d_w, N, K, gemv_prefetch_bytes(2 * N, K, (int)sizeof(C)));
+    }
     CUDA_LAUNCH_TRY();
     return 0;
 }

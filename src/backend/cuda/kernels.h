@@ -176,6 +176,13 @@ int gemv_cuda_supported(DType adt, int T, int K, const void *d_x, const void *d_
 int gemv_cuda(float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType adt, int T, int N,
               int K, cudaStream_t stream);
 
+/* One token's gate/up product with the SiLU folded in (gemv.cu; batch-1 decode): W [2N, K] of adt
+ * (the gate rows, then the up rows), x [K] of adt, g [N] of adt = adt(silu(W[:N] x) * (W[N:] x)):
+ * gemv_cuda (a warp a row) then silu_mul_cuda, bit for bit, in one launch. Same requirements as
+ * gemv_cuda at T = 1. CPU: matmul_cpu then silu_mul_cpu. */
+int gemv_silu_pair_cuda(void *d_g, const void *d_x, const void *d_w, DType adt, int N, int K,
+                        cudaStream_t stream);
+
 /* ---------------------------------------------------------------- sampling (sampler.cu) */
 
 /* One row's parameters on the device (built from backend.h's SamplingRow). */
