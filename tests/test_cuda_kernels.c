@@ -618,6 +618,10 @@ static void test_gemv_silu_pair(void **state) {
             free(w), free(x), free(wh), free(xh), free(h1), free(h2), free(g1), free(g2), free(gu),
                 free(ref);
         }
+    /* one wave: a block (256 threads) per 8 outputs, at most 8 blocks an SM */
+    assert_true(gemv_silu_pair_one_wave(DTYPE_BF16, 8, 1));
+    assert_false(gemv_silu_pair_one_wave(DTYPE_BF16, 72, 1));
+    assert_false(gemv_silu_pair_one_wave(DTYPE_F16, 72, 1));
 }
 
 /* ---------------------------------------------------------------- attention */

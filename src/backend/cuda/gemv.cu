@@ -238,3 +238,18 @@ extern "C" int gemv_silu_pair_cuda(void *d_g, const void *d_x, const void *d_w, 
     CUDA_LAUNCH_TRY();
     return 0;
 }
+
+extern "C" int gemv_silu_pair_one_wave(DType adt, int N, int num_sms) {
+    int per_sm = 0;
+    cudaError_t e =
+        adt == DTYPE_BF16
+            ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                  &per_sm, gemv_silu_pair_kernel<__nv_bfloat16>, 256, 0)
+            : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_silu_pair_kernel<__half>,
+                                                            256, 0);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return (N + 7) / 8 <= (int64_t)per_sm * num_sms;
+}

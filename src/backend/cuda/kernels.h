@@ -182,6 +182,11 @@ int gemv_cuda(float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType a
  * gemv_cuda at T = 1. CPU: matmul_cpu then silu_mul_cpu. */
 int gemv_silu_pair_cuda(void *d_g, const void *d_x, const void *d_w, DType adt, int N, int K,
                         cudaStream_t stream);
+/* Whether gemv_silu_pair_cuda's grid (a block per 8 of the N outputs) is resident at once on
+ * num_sms SMs. The backend takes it only then: with more, its last wave runs on part of the GPU
+ * (H200, qwen3-8b, I = 12288: 1,536 blocks, 2.3 waves, batch-1 decode 193.4 tok/s against 195.8
+ * for the unfused pair's 3,072 blocks; qwen3-0.6b, 384 blocks: 913 against 883). */
+int gemv_silu_pair_one_wave(DType adt, int N, int num_sms);
 
 /* ---------------------------------------------------------------- sampling (sampler.cu) */
 
