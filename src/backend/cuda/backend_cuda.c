@@ -139,7 +139,8 @@ typedef struct {
     int32_t *h_ids, *h_pos, *h_cu_q, *h_ctx, *h_lidx, *h_tables, *h_order;
     int order_decode; /* the decode blocks launched longest context first (CVLLM_CUDA_DEC_ORDER) */
     int silu_pair;    /* one-token steps: the gate/up GEMV applies SiLU (CVLLM_CUDA_FUSE=0: off;
-                       * only where its grid is one wave: gemv_silu_pair_one_wave) */
+                       * only where gemv.cu takes the shapes and its grid is one wave:
+                       * gemv_silu_pair_one_wave; set by alloc_workspace) */
     uint64_t *order_keys; /* [Smax] host scratch of stage_order */
     int64_t *h_slots;
     /* sampling: rows, id histories, outputs (device + pinned host) */
@@ -404,8 +405,6 @@ out:
 static int alloc_workspace(CudaBackend *c) {
     const char *oe = getenv("CVLLM_CUDA_DEC_ORDER");
     c->order_decode = !(oe && atoi(oe) == 0);
-    const char *fe = getenv("CVLLM_CUDA_FUSE");
-    c->silu_pair = !(fe && atoi(fe) == 0) && gemv_silu_pair_one_wave(c->adt, c->I, c->num_sms);
     c->order_keys = xmalloc((size_t)c->Smax * sizeof *c->order_keys);
     const size_t T = (size_t)c->Tmax, S = (size_t)c->Smax, es = dtype_size(c->adt);
     /* decode attention partitions: S * parts stays below S + 4 * SMs (attention_decode_num_parts
@@ -455,6 +454,10 @@ static int alloc_workspace(CudaBackend *c) {
         }
     }
     CUDA_TRY(cudaMemset(c->d_sampler_scratch, 0, sampler_cuda_scratch_bytes(c->Smax, c->V)));
+    const char *fe = getenv("CVLLM_CUDA_FUSE");
+    c->silu_pair = !(fe && atoi(fe) == 0) &&
+                   gemv_cuda_supported(c->adt, 1, c->H, c->h, c->layers[0].gu_w) &&
+                   gemv_silu_pair_one_wave(c->adt, c->I, c->num_sms);
     /* step inputs: the same layout on both sides, so each array is one copy */
     c->hist_cap = (int64_t)c->Smax * (c->opt.max_model_len + 1);
     for (int pass = 0; pass < 2; pass++) {
@@ -822,8 +825,7 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
                           .max_seqlen_q = m->max_q,
                           .max_seqlen_k = m->max_k,
                           .seq_order = m->decode && c->order_decode ? c->d_order : NULL};
-    const int pair = T == 1 && c->silu_pair &&
-                     gemv_cuda_supported(c->adt, 1, H, c->h, c->layers[0].gu_w);
+    const int pair = T == 1 && c->silu_pair;
     int parts = m->parts;
     if (m->decode && parts <= 0) parts = attention_decode_num_parts(&ap, c->num_sms);
     for (int l = 0; l < c->L; l++) {

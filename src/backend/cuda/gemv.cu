@@ -220,28 +220,29 @@ extern "C" int gemv_cuda(float *d_y, int64_t ldy, const void *d_x, const void *d
     return 0;
 }
 
+template <typename C>
+static void launch_silu_pair(void *g, const void *x, const void *w, int N, int K,
+                             cudaStream_t st) {
+    pdl_launch(gemv_silu_pair_kernel<C>, dim3((N + 7) / 8), 256, 0, st, (C *)g, (const C *)x,
+               (const C *)w, N, K, gemv_prefetch_bytes(2 * N, K, (int)sizeof(C)));
+}
+
 extern "C" int gemv_silu_pair_cuda(void *d_g, const void *d_x, const void *d_w, DType adt, int N,
                                    int K, cudaStream_t stream) {
     if (!gemv_cuda_supported(adt, 1, K, d_x, d_w))
         return cvllm_errorf(CVLLM_EINVAL, "cuda gemv silu pair: dtype %d, K %d not supported",
                             (int)adt, K);
-    const dim3 grid((N + 7) / 8);
-    if (adt == DTYPE_BF16) {
-        typedef __nv_bfloat16 C;
-        pdl_launch(gemv_silu_pair_kernel<C>, grid, 256, 0, stream, (C *)d_g, (const C *)d_x,
-                   (const C *)d_w, N, K, gemv_prefetch_bytes(2 * N, K, (int)sizeof(C)));
-    } else {
-        typedef __half C;
-        pdl_launch(gemv_silu_pair_kernel<C>, grid, 256, 0, stream, (C *)d_g, (const C *)d_x,
-                   (const C *)d_w, N, K, gemv_prefetch_bytes(2 * N, K, (int)sizeof(C)));
-    }
+    if (adt == DTYPE_BF16)
+        launch_silu_pair<__nv_bfloat16>(d_g, d_x, d_w, N, K, stream);
+    else
+        launch_silu_pair<__half>(d_g, d_x, d_w, N, K, stream);
     CUDA_LAUNCH_TRY();
     return 0;
 }
 
 extern "C" int gemv_silu_pair_one_wave(DType adt, int N, int num_sms) {
     int per_sm = 0;
-    cudaError_t e =
+    const cudaError_t e =
         adt == DTYPE_BF16
             ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
                   &per_sm, gemv_silu_pair_kernel<__nv_bfloat16>, 256, 0)
