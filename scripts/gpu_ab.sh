@@ -4,7 +4,8 @@
 #   A="CVLLM_CUDA_FUSE=0" bash build-cudarun/gpu_ab.sh
 # Runs test_cuda_kernels (TESTS=0: not), `bench ops --device cuda $OPS` with and without $A (OPS
 # empty: none), then each workload of $WORKLOADS (default "default fixed batch1") with the build
-# as it is and with the environment $A (space-separated VAR=VALUE), alternated, $REPS times (2).
+# as it is and with the environment $A (space-separated VAR=VALUE), alternated, $REPS times (2);
+# BASE=path/to/another/bundle/run.sh adds that build (say, the last commit's) as a third variant.
 # Logs and $OUT/summary.txt.
 H=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp}
@@ -34,10 +35,11 @@ fi
 M2=${MODEL:-$M}
 for r in $(seq 1 "${REPS:-2}"); do
     for w in ${WORKLOADS:-default fixed batch1}; do
-        for v in new A; do
+        for v in new A ${BASE:+base}; do
             envs=""; [ "$v" = A ] && envs="$A"
+            run="$H/run.sh"; [ "$v" = base ] && run="$BASE"
             echo "==== $w $v ($envs)" >>"$L"
-            env $envs timeout "${BENCH_TIMEOUT:-150}" bash "$H/run.sh" cvllm bench throughput "$M2" \
+            env $envs timeout "${BENCH_TIMEOUT:-150}" bash "$run" cvllm bench throughput "$M2" \
                 --device cuda ${W[$w]} ${EXTRA:-} >>"$L" 2>&1
             rc=$?
             line=$(grep -h "Throughput" "$L" | tail -1)

@@ -918,6 +918,140 @@ static void test_attention_decode(void **state) {
         }
 }
 
+/* The decode kernel fed the raw qkv rows (AttentionParams.positions set) against the two
+ * launches it replaces (qk_norm_rope_store_cuda, then the decode kernel on the rotated rows), on
+ * copies of the same cache: the outputs and the whole caches must be equal byte for byte. Every
+ * GQA shape (query heads per block 1, 2, 4; a group of 8 = two blocks per kv head storing the
+ * same row), padded head_dims, every cache type (fp8 with scales), norms on and off, partitions
+ * 1, several and the launcher's choice, a padding lane (no keys, slot -1) and a context of one. */
+static void test_attention_decode_fused(void **state) {
+    (void)state;
+    const int heads[][2] = {{16, 8}, {8, 4}, {6, 2}, {32, 8}, {8, 1}, {4, 4}};
+    const int hds[] = {128, 64, 24, 128, 80, 32};
+    const int parts_[] = {0, 1, 3, 64};
+    ModelConfig cfg = {.rope_theta = 1000000.0, .rope_type = ROPE_DEFAULT};
+    for (int ci = 0; ci < 24; ci++) {
+        const int hi = ci % 6, nh = heads[hi][0], nkv = heads[hi][1], hd = hds[hi];
+        const DType kdt = KV_DTYPES[(ci / 6 + hi) % 4];
+        const int norm = ci % 2 == 0, fp8 = kdt == DTYPE_FP8_E4M3, bs = ci % 3 == 2 ? 7 : 16;
+        const int parts = parts_[(ci / 2) % 4];
+        const DType adt = ci % 3 == 0 ? DTYPE_F32 : DTYPE_BF16;
+        const float ks = fp8 && ci % 2 ? 0.75f : 1.0f, vs = fp8 && ci % 2 ? 1.25f : 1.0f;
+        enum { S = 6 };
+        const int ctx[S] = {1, 17, 300, 1000, 0, 33}; /* lane 4: padding */
+        int maxblk = 0, num_blocks = 3;
+        for (int s = 0; s < S; s++) {
+            const int nb = (ctx[s] + bs - 1) / bs;
+            num_blocks += nb;
+            if (nb > maxblk) maxblk = nb;
+        }
+        int32_t *perm = xmalloc(num_blocks * sizeof(int32_t));
+        for (int i = 0; i < num_blocks; i++)
+            perm[i] = i;
+        for (int i = num_blocks - 1; i > 0; i--) {
+            int j = irand(i + 1), t = perm[i];
+            perm[i] = perm[j], perm[j] = t;
+        }
+        int32_t *tables = xmalloc((size_t)S * maxblk * sizeof(int32_t));
+        int used = 0;
+        for (int s = 0; s < S; s++)
+            for (int b = 0; b < maxblk; b++)
+                tables[s * maxblk + b] = b < (ctx[s] + bs - 1) / bs ? perm[used++] : -1;
+        int32_t pos[S], cu[S + 1] = {0};
+        int64_t slot[S];
+        for (int s = 0; s < S; s++) {
+            cu[s + 1] = s + 1;
+            pos[s] = ctx[s] > 0 ? ctx[s] - 1 : 0;
+            slot[s] = ctx[s] > 0 ? (int64_t)tables[s * maxblk + (ctx[s] - 1) / bs] * bs +
+                                       (ctx[s] - 1) % bs
+                                 : -1;
+        }
+        const int64_t kvd = (int64_t)nkv * hd, cache_n = (int64_t)num_blocks * bs * kvd;
+        const size_t cb = (size_t)cache_n * dtype_size(kdt);
+        float *kf = xmalloc(cache_n * 4), *vf = xmalloc(cache_n * 4);
+        for (int64_t i = 0; i < cache_n; i++)
+            kf[i] = frand(), vf[i] = frand();
+        void *kh = pack(kdt, kf, cache_n), *vh = pack(kdt, vf, cache_n);
+        const int64_t ld = (int64_t)(nh + 2 * nkv) * hd + 8; /* a padded row */
+        float *qkv = xmalloc((size_t)S * ld * 4);
+        for (int64_t i = 0; i < S * ld; i++)
+            qkv[i] = 2 * frand();
+        float qn[256], kn[256], inv[128];
+        for (int i = 0; i < hd; i++)
+            qn[i] = 1 + 0.3f * frand(), kn[i] = 1 + 0.3f * frand();
+        rope_inv_freq_cpu(&cfg, hd, inv);
+        float *dinv = dev_upload(inv, sizeof(float) * hd / 2),
+              *dqn = dev_upload(qn, sizeof(float) * hd), *dkn = dev_upload(kn, sizeof(float) * hd);
+        int32_t *dpos = dev_upload(pos, sizeof pos), *dcu = dev_upload(cu, sizeof cu),
+                *dctx = dev_upload(ctx, sizeof ctx),
+                *dtab = dev_upload(tables, (size_t)S * maxblk * 4);
+        int64_t *dslot = dev_upload(slot, sizeof slot);
+        AttentionParams p = {.ldq = ld,
+                             .adt = adt,
+                             .kvdt = kdt,
+                             .k_scale = ks,
+                             .v_scale = vs,
+                             .n_heads = nh,
+                             .n_kv_heads = nkv,
+                             .hd = hd,
+                             .block_size = bs,
+                             .scale = 1.0f / sqrtf((float)hd),
+                             .num_seqs = S,
+                             .cu_seqlens_q = dcu,
+                             .context_lens = dctx,
+                             .block_tables = dtab,
+                             .max_blocks_per_seq = maxblk,
+                             .max_seqlen_q = 1,
+                             .max_seqlen_k = 1000};
+        const int np = parts ? parts : attention_decode_num_parts(&p, 132);
+        const size_t ob = (size_t)S * nh * hd * dtype_size(adt);
+        void *out[2], *kc[2], *vc[2], *ho[2], *hk[2], *hv[2];
+        for (int way = 0; way < 2; way++) { /* 0: the two launches, 1: the fused kernel */
+            float *dq = dev_upload(qkv, (size_t)S * ld * 4);
+            kc[way] = dev_upload(kh, cb), vc[way] = dev_upload(vh, cb);
+            out[way] = dev_poisoned(ob);
+            void *ws = dev_poisoned(attention_decode_ws_bytes(S, nh, hd, np) + 4);
+            AttentionParams pw = p;
+            pw.q = dq, pw.out = out[way], pw.k_cache = kc[way], pw.v_cache = vc[way];
+            if (way == 0) {
+                OK(qk_norm_rope_store_cuda(dq, ld, dpos, dinv, norm ? dqn : NULL,
+                                           norm ? dkn : NULL, S, nh, nkv, hd, 1e-6f, kc[way],
+                                           vc[way], kdt, ks, vs, dslot, g_stream));
+            } else {
+                pw.positions = dpos, pw.slots = dslot, pw.inv_freq = dinv;
+                pw.q_norm = norm ? dqn : NULL, pw.k_norm = norm ? dkn : NULL, pw.eps = 1e-6f;
+            }
+            OK(attention_decode_cuda(&pw, np, ws, g_stream));
+            CK(cudaStreamSynchronize(g_stream));
+            CK(cudaGetLastError());
+            ho[way] = xmalloc(ob), hk[way] = xmalloc(cb), hv[way] = xmalloc(cb);
+            dev_download(ho[way], out[way], ob);
+            dev_download(hk[way], kc[way], cb);
+            dev_download(hv[way], vc[way], cb);
+            cudaFree(dq), cudaFree(ws), cudaFree(out[way]), cudaFree(kc[way]), cudaFree(vc[way]);
+        }
+        char what[160];
+        snprintf(what, sizeof what,
+                 "fused decode: heads %d/%d hd %d bs %d kv %s out %s norm %d parts %d", nh, nkv,
+                 hd, bs, dtype_name(kdt), dtype_name(adt), norm, np);
+        if (memcmp(hk[0], hk[1], cb) || memcmp(hv[0], hv[1], cb))
+            fail_msg("%s: the caches differ", what);
+        if (memcmp(hk[0], kh, cb) == 0) fail_msg("%s: no key was stored", what);
+        if (memcmp(ho[0], ho[1], ob)) {
+            float *a = xmalloc((size_t)S * nh * hd * 4), *b = xmalloc((size_t)S * nh * hd * 4);
+            unpack(adt, ho[1], a, (int64_t)S * nh * hd);
+            unpack(adt, ho[0], b, (int64_t)S * nh * hd);
+            compare(what, a, b, (int64_t)S * nh * hd, 0.0);
+            fail_msg("%s: the outputs differ (NaN bytes?)", what);
+        }
+        for (int way = 0; way < 2; way++)
+            free(ho[way]), free(hk[way]), free(hv[way]);
+        cudaFree(dinv), cudaFree(dqn), cudaFree(dkn), cudaFree(dpos), cudaFree(dcu),
+            cudaFree(dctx), cudaFree(dtab), cudaFree(dslot);
+        free(perm), free(tables), free(kf), free(vf), free(kh), free(vh), free(qkv);
+    }
+}
+
 /* ---------------------------------------------------------------- sampler */
 
 typedef struct {
@@ -1041,6 +1175,10 @@ static int cpu_sample(const float *raw, int V, const RefRow *r, float *lp, int32
     return t;
 }
 
+/* run_sampler hands sampler_cuda the host rows (so that few plain rows take the cluster kernel)
+ * when set; else NULL (the one-block kernel for every row) */
+static int g_sampler_host_rows;
+
 static void run_sampler(const float *logits, int n, int V, const RefRow *rr, int32_t *tok,
                         float *lp, int32_t *top_ids, float *top_lp) {
     CudaSamplingRow *rows = xcalloc(n, sizeof *rows);
@@ -1078,7 +1216,8 @@ static void run_sampler(const float *logits, int n, int V, const RefRow *rr, int
     void *scratch = NULL;
     CK(cudaMalloc(&scratch, sampler_cuda_scratch_bytes(n, V)));
     CK(cudaMemset(scratch, 0, sampler_cuda_scratch_bytes(n, V)));
-    OK(sampler_cuda(dl, n, V, drows, dids, dtok, dlp, dtop, dtlp, scratch, g_stream));
+    OK(sampler_cuda(dl, n, V, drows, g_sampler_host_rows ? rows : NULL, dids, dtok, dlp, dtop,
+                    dtlp, scratch, g_stream));
     dev_download(tok, dtok, n * 4);
     dev_download(lp, dlp, n * 4);
     if (top_ids) dev_download(top_ids, dtop, (size_t)n * CUDA_SAMPLER_MAX_LOGPROBS * 4);
@@ -1350,6 +1489,80 @@ static void test_sampler_ranges(void **state) {
     }
 }
 
+/* The cluster kernel (up to 16 rows with temperature / min-p only: a row over 8 blocks) against
+ * the one-block kernel on the same rows: the same token for every row, and log-prob 0. Rows put
+ * the kept tokens at the edges of the blocks' slices and of their warp ranges, keep only the
+ * first or the last id, tie the best logit across slices (greedy: the lowest id), mix in NaN and
+ * -inf, or are all NaN; vocabularies smaller than the cluster's 8 slices of 4 ids, and Qwen3's.
+ * Every row's draw is repeated with 6 seeds. */
+static void test_sampler_cluster(void **state) {
+    (void)state;
+    const int Vs[] = {7, 33, 1001, 5000, 151936};
+    for (int vi = 0; vi < 5; vi++)
+        for (int rep = 0; rep < 6; rep++) {
+            const int V = Vs[vi], n = rep == 5 ? 1 : 16;
+            const int slice = ((V + 7) / 8 + 3) & ~3, len = ((slice + 31) / 32 + 3) & ~3;
+            float *logits = xmalloc((size_t)n * V * 4);
+            for (int64_t i = 0; i < (int64_t)n * V; i++)
+                logits[i] = 4 * frand();
+            RefRow rr[16];
+            for (int r = 0; r < n; r++) {
+                float *x = logits + (int64_t)r * V;
+                rr[r] = (RefRow){.temperature = 0.6f,
+                                 .top_p = 1,
+                                 .rep = 1,
+                                 .num_logprobs = -1,
+                                 .seed = 99 + 1000 * rep + r,
+                                 .index = (uint64_t)(r * 3 + rep)};
+                const int kind = (r + rep) % 8;
+                if (kind <= 2) { /* only some ids kept, all of weight 1 */
+                    for (int i = 0; i < V; i++)
+                        x[i] = -INFINITY;
+                    if (kind == 0) /* slice and range edges */
+                        for (int c = 0; c < 8; c++)
+                            for (int w = 0; w < 32; w++) {
+                                const int lo = c * slice + w * len;
+                                const int e[4] = {lo - 1, lo, lo + 1, lo + len - 1};
+                                for (int k = 0; k < 4; k++)
+                                    if (e[k] >= 0 && e[k] < V && (w + k + rep) % 3 == 0)
+                                        x[e[k]] = 2.0f;
+                            }
+                    if (kind == 1) x[V - 1] = 2.0f;
+                    if (kind == 2) x[0] = 2.0f;
+                } else if (kind == 3) { /* greedy, the best logit tied in every slice */
+                    rr[r].temperature = 0;
+                    for (int c = 7; c >= 0; c--)
+                        if (c * slice + 1 < V) x[c * slice + 1] = 9.0f;
+                } else if (kind == 4) {
+                    rr[r].min_p = 0.05f;
+                    rr[r].temperature = 1.0f;
+                } else if (kind == 5) { /* NaN and -inf among the logits */
+                    for (int i = 0; i < V; i += 3)
+                        x[i] = i % 2 ? NAN : -INFINITY;
+                    rr[r].temperature = 2.0f;
+                } else if (kind == 6) { /* all NaN: token 0 */
+                    for (int i = 0; i < V; i++)
+                        x[i] = NAN;
+                }
+            }
+            int32_t tok[2][16];
+            float lp[2][16];
+            for (int way = 0; way < 2; way++) {
+                g_sampler_host_rows = way;
+                run_sampler(logits, n, V, rr, tok[way], lp[way], NULL, NULL);
+            }
+            g_sampler_host_rows = 0;
+            for (int r = 0; r < n; r++) {
+                if (tok[1][r] != tok[0][r])
+                    fail_msg("cluster sampler V %d rows %d row %d (kind %d): token %d, the "
+                             "one-block kernel's %d",
+                             V, n, r, (r + rep) % 8, tok[1][r], tok[0][r]);
+                if (lp[1][r] != 0.0f) fail_msg("cluster sampler: log-prob %g", lp[1][r]);
+            }
+            free(logits);
+        }
+}
+
 int main(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
@@ -1374,9 +1587,11 @@ int main(void) {
         cmocka_unit_test(test_gemv_silu_pair),
         cmocka_unit_test(test_attention_prefill),
         cmocka_unit_test(test_attention_decode),
+        cmocka_unit_test(test_attention_decode_fused),
         cmocka_unit_test(test_sampler_rows),
         cmocka_unit_test(test_sampler_distribution),
         cmocka_unit_test(test_sampler_ranges),
+        cmocka_unit_test(test_sampler_cluster),
     };
     /* CVLLM_TEST_FILTER=test_attention* (a cmocka glob on the whole name): for sanitizer runs */
     if (getenv("CVLLM_TEST_FILTER")) cmocka_set_test_filter(getenv("CVLLM_TEST_FILTER"));

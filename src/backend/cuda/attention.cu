@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_util.cuh"
+#include "backend/cuda/qk_norm_rope.cuh"
 
 #define DEC_WARPS 4
 #define DEC_QH 4 /* query heads per decode block, at most (a block takes min(group, 4), 3 as 4) */
@@ -107,9 +108,33 @@ static __host__ __device__ __forceinline__ int dec_qh(int group) {
     return group <= 2 ? group : DEC_QH;
 }
 
+/* qk_norm_rope_store_kernel's work for one decode block's heads (the raw qkv row of token t):
+ * its nh query heads from h0 normed and rotated into sm_q, and, where has_last (the block's
+ * partition holds the sequence's last key, the token's own), the token's k head kvh normed,
+ * rotated and stored with its v head at slots[t] (none if negative). A warp a head; not inlined,
+ * so that the main loop's registers are allocated as without it. */
+template <typename C, int HD, int QH>
+__device__ __noinline__ void decode_qk_prologue(const float *row, float pos, int64_t slot,
+                                                float (*sm_q)[HD], int nh, const float *q_norm,
+                                                const float *k_norm, const float *inv_freq,
+                                                float eps, int hd, int q_off, int k_off, int v_off,
+                                                C *kc, C *vc, float k_scale, float v_scale) {
+    const int warp = threadIdx.x >> 5;
+    const int items = nh + (slot >= 0 ? 2 : 0);
+    for (int it = warp; it < items; it += DEC_WARPS) {
+        if (it < nh)
+            norm_rope_head<float>(row + q_off + it * hd, sm_q[it], NULL, q_norm, inv_freq, pos, hd,
+                                  eps, 1.0f);
+        else if (it == nh)
+            norm_rope_head<C>(row + k_off, NULL, kc, k_norm, inv_freq, pos, hd, eps, k_scale);
+        else
+            store_head<C>(row + v_off, vc, hd, v_scale);
+    }
+}
+
 /* MINB: the blocks per SM the registers are limited for (1: the compiler's choice, 146 registers
  * at QH 2 and head_dim 128, 3 blocks an SM; 4: at most 128 registers) */
-template <typename C, int HD, int QH, int MINB = 1>
+template <typename C, int HD, int QH, int MINB, bool FUSE>
 __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     attention_decode_kernel(AttentionParams p, int num_parts, float *ws) {
     pdl_wait();
@@ -141,6 +166,26 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
      * several instructions more, and the kernel issues an instruction most cycles) */
     const float scale2 = p.scale * 1.44269504088896341f;
 
+    /* FUSE (p.positions set): the raw qkv row; this block's query heads normed and rotated into
+     * shared memory, and, in the partition holding the last key, the token's k and v stored. A
+     * separate instantiation: the code added to the kernel without it cost the default workload
+     * 3.5% (spills in the 128-register GQA-pair kernel; H200, 2026-11-23) */
+    __shared__ float sm_q[FUSE ? QH : 1][FUSE ? HD : 1];
+    bool fused = false;
+    if constexpr (FUSE) {
+        fused = t >= 0 && j0 < j1;
+        if (fused) {
+            const int64_t slot = j0 <= ctx - 1 && ctx - 1 < j1 ? p.slots[t] : -1;
+            const int64_t at = slot < 0 ? 0 : slot * kv_stride + (int64_t)kvh * hd;
+            decode_qk_prologue<C, HD, QH>(p.q + (int64_t)t * p.ldq, (float)p.positions[t], slot,
+                                          sm_q, nh, p.q_norm, p.k_norm, p.inv_freq, p.eps, hd,
+                                          h0 * hd, (p.n_heads + kvh) * hd,
+                                          (p.n_heads + p.n_kv_heads + kvh) * hd,
+                                          (C *)p.k_cache + at, (C *)p.v_cache + at, ks, vs);
+        }
+        __syncthreads(); /* block-uniform; the stores are visible to the block */
+    }
+
     float q[QH][VEC], acc[QH][VEC], m[QH], l[QH];
 #pragma unroll
     for (int h = 0; h < QH; h++) {
@@ -149,9 +194,12 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
 #pragma unroll
         for (int v = 0; v < VEC; v++) {
             acc[h][v] = 0.0f;
-            q[h][v] = h < nh && t >= 0 && li * VEC + v < hd
-                          ? p.q[(int64_t)t * p.ldq + (int64_t)(h0 + h) * hd + li * VEC + v]
-                          : 0.0f;
+            const bool in = h < nh && t >= 0 && li * VEC + v < hd;
+            if constexpr (FUSE)
+                q[h][v] = in && fused ? sm_q[h][li * VEC + v] : 0.0f;
+            else
+                q[h][v] = in ? p.q[(int64_t)t * p.ldq + (int64_t)(h0 + h) * hd + li * VEC + v]
+                             : 0.0f;
         }
     }
     /* online softmax update of the QH heads with one lane group's key (k, v in f32) */
@@ -417,21 +465,32 @@ static int dec_occupancy4(void) {
     return v;
 }
 
-template <typename C, int HD>
-static void launch_decode(const AttentionParams &p, int num_parts, float *ws, cudaStream_t stream) {
+template <typename C, int HD, bool FUSE>
+static void launch_decode_f(const AttentionParams &p, int num_parts, float *ws,
+                            cudaStream_t stream) {
     const int group = p.n_heads / p.n_kv_heads, qh = dec_qh(group);
     const int chunks = (group + qh - 1) / qh;
     dim3 grid(num_parts, p.n_kv_heads * chunks, p.num_seqs);
     const int threads = DEC_WARPS * 32;
     if (qh == 1)
-        pdl_launch(attention_decode_kernel<C, HD, 1>, grid, threads, 0, stream, p, num_parts, ws);
+        pdl_launch(attention_decode_kernel<C, HD, 1, 1, FUSE>, grid, threads, 0, stream, p,
+                   num_parts, ws);
     else if (qh == 2 && dec_occupancy4())
-        pdl_launch(attention_decode_kernel<C, HD, 2, 4>, grid, threads, 0, stream, p, num_parts,
-                   ws);
+        pdl_launch(attention_decode_kernel<C, HD, 2, 4, FUSE>, grid, threads, 0, stream, p,
+                   num_parts, ws);
     else if (qh == 2)
-        pdl_launch(attention_decode_kernel<C, HD, 2>, grid, threads, 0, stream, p, num_parts, ws);
+        pdl_launch(attention_decode_kernel<C, HD, 2, 1, FUSE>, grid, threads, 0, stream, p,
+                   num_parts, ws);
     else
-        pdl_launch(attention_decode_kernel<C, HD, 4>, grid, threads, 0, stream, p, num_parts, ws);
+        pdl_launch(attention_decode_kernel<C, HD, 4, 1, FUSE>, grid, threads, 0, stream, p,
+                   num_parts, ws);
+}
+template <typename C, int HD>
+static void launch_decode(const AttentionParams &p, int num_parts, float *ws, cudaStream_t stream) {
+    if (p.positions)
+        launch_decode_f<C, HD, true>(p, num_parts, ws, stream);
+    else
+        launch_decode_f<C, HD, false>(p, num_parts, ws, stream);
 }
 
 /* the kernel size for a head_dim: the next of 16, 32, 64, 128, 256 */
@@ -478,6 +537,9 @@ static int check_params(const AttentionParams *p) {
                             "cuda attention: head_dim %d with %d heads / %d kv heads (supported: "
                             "an even head_dim up to 256, heads a multiple of kv heads)",
                             p->hd, p->n_heads, p->n_kv_heads);
+    if (p->positions && !(p->slots && p->inv_freq))
+        return cvllm_errorf(CVLLM_EINVAL,
+                            "cuda attention: the raw qkv rows need slots and inv_freq");
     if (p->kvdt == DTYPE_FP8_E4M3 && !(p->k_scale > 0.0f && p->v_scale > 0.0f))
         return cvllm_errorf(CVLLM_EINVAL,
                             "cuda attention: fp8 KV cache scales k %g, v %g (must be > 0; 1.0 "

@@ -138,9 +138,11 @@ typedef struct {
     int64_t *d_slots;
     int32_t *h_ids, *h_pos, *h_cu_q, *h_ctx, *h_lidx, *h_tables, *h_order;
     int order_decode; /* the decode blocks launched longest context first (CVLLM_CUDA_DEC_ORDER) */
-    int silu_pair;    /* one-token steps: the gate/up GEMV applies SiLU (CVLLM_CUDA_FUSE=0: off;
-                       * only where gemv.cu takes the shapes and its grid is one wave:
+    int silu_pair;    /* one-token steps: the gate/up GEMV applies SiLU (fusion "silu"; only
+                       * where gemv.cu takes the shapes and its grid is one wave:
                        * gemv_silu_pair_one_wave; set by alloc_workspace) */
+    int fuse_qk;      /* decode steps: the attention kernel norms, rotates and stores the raw
+                       * qkv rows itself (fusion "qk"; AttentionParams.positions) */
     uint64_t *order_keys; /* [Smax] host scratch of stage_order */
     int64_t *h_slots;
     /* sampling: rows, id histories, outputs (device + pinned host) */
@@ -402,6 +404,23 @@ out:
 }
 
 /* The activation workspace, the step inputs and the sampler's buffers (device and pinned). */
+/* Whether the fusion named `name` is on: CVLLM_CUDA_FUSE unset or 1: every one; 0: none; else a
+ * comma-separated list of the ones on ("silu": the gate/up GEMV with SiLU at one token; "qk": the
+ * q/k norm, rope and K/V store inside the decode attention kernel). */
+static int fusion_on(const char *name) {
+    const char *e = getenv("CVLLM_CUDA_FUSE");
+    if (!e || !*e || strcmp(e, "1") == 0) return 1;
+    if (strcmp(e, "0") == 0) return 0;
+    const size_t n = strlen(name);
+    for (const char *p = e; *p;) {
+        const char *q = strchr(p, ',');
+        const size_t len = q ? (size_t)(q - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return 1;
+        p = q ? q + 1 : p + len;
+    }
+    return 0;
+}
+
 static int alloc_workspace(CudaBackend *c) {
     const char *oe = getenv("CVLLM_CUDA_DEC_ORDER");
     c->order_decode = !(oe && atoi(oe) == 0);
@@ -454,8 +473,8 @@ static int alloc_workspace(CudaBackend *c) {
         }
     }
     CUDA_TRY(cudaMemset(c->d_sampler_scratch, 0, sampler_cuda_scratch_bytes(c->Smax, c->V)));
-    const char *fe = getenv("CVLLM_CUDA_FUSE");
-    c->silu_pair = !(fe && atoi(fe) == 0) &&
+    c->fuse_qk = fusion_on("qk");
+    c->silu_pair = fusion_on("silu") &&
                    gemv_cuda_supported(c->adt, 1, c->H, c->h, c->layers[0].gu_w) &&
                    gemv_silu_pair_one_wave(c->adt, c->I, c->num_sms);
     /* step inputs: the same layout on both sides, so each array is one copy */
@@ -826,6 +845,13 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
                           .max_seqlen_k = m->max_k,
                           .seq_order = m->decode && c->order_decode ? c->d_order : NULL};
     const int pair = T == 1 && c->silu_pair;
+    const int fuse_qk = m->decode && c->fuse_qk;
+    if (fuse_qk) {
+        ap.positions = c->d_pos;
+        ap.slots = c->d_slots;
+        ap.inv_freq = c->inv_freq;
+        ap.eps = eps;
+    }
     int parts = m->parts;
     if (m->decode && parts <= 0) parts = attention_decode_num_parts(&ap, c->num_sms);
     for (int l = 0; l < c->L; l++) {
@@ -836,9 +862,14 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
         TRY(gemm_cuda(c->gemm, c->qkv, c->qkvd, c->h, cl->qkv_w, c->adt, T, c->qkvd, H, st));
         PROF(c, PC_OTHER);
         if (cl->qkv_bias) TRY(add_bias_cuda(c->qkv, c->qkvd, cl->qkv_bias, T, c->qkvd, st));
-        TRY(qk_norm_rope_store_cuda(c->qkv, c->qkvd, c->d_pos, c->inv_freq, cl->q_norm, cl->k_norm,
-                                    T, c->heads, c->kvh, c->hd, eps, kc, vc, c->kvdt, 1.0f, 1.0f,
-                                    c->d_slots, st));
+        if (fuse_qk) { /* the decode kernel norms, rotates and stores (AttentionParams) */
+            ap.q_norm = cl->q_norm;
+            ap.k_norm = cl->k_norm;
+        } else {
+            TRY(qk_norm_rope_store_cuda(c->qkv, c->qkvd, c->d_pos, c->inv_freq, cl->q_norm,
+                                        cl->k_norm, T, c->heads, c->kvh, c->hd, eps, kc, vc,
+                                        c->kvdt, 1.0f, 1.0f, c->d_slots, st));
+        }
         ap.k_cache = kc;
         ap.v_cache = vc;
         PROF(c, PC_ATTN);
@@ -1353,8 +1384,8 @@ static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
     }
     PROF(c, PC_SAMPLER);
     if ((rc = stage_sampling(c, in))) goto failed;
-    if ((rc = sampler_cuda(c->logits, n, c->V, c->d_rows, c->d_hist, c->d_tok, c->d_lp, c->d_top,
-                           c->d_tlp, c->d_sampler_scratch, c->stream)))
+    if ((rc = sampler_cuda(c->logits, n, c->V, c->d_rows, c->h_rows, c->d_hist, c->d_tok, c->d_lp,
+                           c->d_top, c->d_tlp, c->d_sampler_scratch, c->stream)))
         goto failed;
     cudaStream_t st = c->stream;
     CUDA_TRY(cudaMemcpyAsync(c->h_tok, c->d_tok, (size_t)n * 4, cudaMemcpyDeviceToHost, st));

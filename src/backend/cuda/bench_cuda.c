@@ -6,7 +6,8 @@
  *              B over a context of C tokens: GB/s of K/V read; prefill attention of one sequence
  *   decode     a whole decode step of a synthetic qwen3-0.6b (random bf16 weights, one buffer
  *              shared by every tensor) through the backend itself, with and without CUDA graphs
- *   sampler    sampler_cuda alone on 256 rows of 151,936 random logits: greedy, temperature 0.6
+ *   sampler    sampler_cuda alone on 256, 8 and 1 rows of 151,936 random logits: greedy,
+ *              temperature 0.6 (up to 16 rows: the one-block and the cluster kernel)
  * Reached only through the backend registry (BackendEntry.bench_ops). */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -375,15 +376,17 @@ typedef struct {
     float *tlp;
     void *scratch;
     int n, V;
+    const CudaSamplingRow *hrows; /* NULL: the one-block kernel whatever the rows */
 } SamplerCtx;
 static int sampler_launch(void *ctx, cudaStream_t st) {
     SamplerCtx *c = ctx;
-    return sampler_cuda(c->logits, c->n, c->V, c->rows, c->ids, c->tok, c->lp, c->top, c->tlp,
-                        c->scratch, st);
+    return sampler_cuda(c->logits, c->n, c->V, c->rows, c->hrows, c->ids, c->tok, c->lp, c->top,
+                        c->tlp, c->scratch, st);
 }
 
-/* sampler_cuda on 256 rows of 151,936 random f32 logits (Qwen3's vocabulary): greedy, and
- * temperature 0.6 alone (no top-k / top-p / min-p / penalties / log-probs) */
+/* sampler_cuda on 256, 8 and 1 rows of 151,936 random f32 logits (Qwen3's vocabulary): greedy,
+ * and temperature 0.6 alone (no top-k / top-p / min-p / penalties / log-probs); up to 16 rows,
+ * the one-block kernel against the cluster kernel the engine takes there */
 static int bench_sampler(cudaStream_t st) {
     const int n = 256, V = 151936;
     const size_t nl = (size_t)n * V;
@@ -409,24 +412,32 @@ static int bench_sampler(cudaStream_t st) {
     BCHECK(cudaMemcpy(logits, h, nl * 4, cudaMemcpyHostToDevice));
     free(h);
     CudaSamplingRow *hr = xcalloc(n, sizeof *hr);
-    SamplerCtx c = {logits, rows, ids, tok, lp, top, tlp, scratch, n, V};
-    printf("sampler (%d rows x %d f32 logits, no top-k / top-p / min-p / penalties / log-probs): "
+    printf("sampler (rows x %d f32 logits, no top-k / top-p / min-p / penalties / log-probs): "
            "ms per call\n",
-           n, V);
+           V);
     const float temps[] = {0.0f, 0.6f};
-    for (int ti = 0; ti < 2; ti++) {
-        for (int i = 0; i < n; i++)
-            hr[i] = (CudaSamplingRow){.temperature = temps[ti],
-                                      .top_p = 1,
-                                      .repetition_penalty = 1,
-                                      .num_logprobs = -1,
-                                      .seed = 1234,
-                                      .draw_index = (uint64_t)i};
-        BCHECK(cudaMemcpy(rows, hr, n * sizeof *hr, cudaMemcpyHostToDevice));
-        float ms = time_ms(sampler_launch, &c, st, 20);
-        printf("  temperature %.1f  %8.4f ms  %7.0f GB/s of logits read once\n", temps[ti], ms,
-               (double)nl * 4 / (ms * 1e6));
-    }
+    const int ns[] = {256, 8, 1};
+    for (int ni = 0; ni < 3; ni++)
+        for (int ti = 0; ti < 2; ti++) {
+            const int m = ns[ni];
+            for (int i = 0; i < m; i++)
+                hr[i] = (CudaSamplingRow){.temperature = temps[ti],
+                                          .top_p = 1,
+                                          .repetition_penalty = 1,
+                                          .num_logprobs = -1,
+                                          .seed = 1234,
+                                          .draw_index = (uint64_t)i};
+            BCHECK(cudaMemcpy(rows, hr, m * sizeof *hr, cudaMemcpyHostToDevice));
+            for (int kind = 0; kind < (m <= 16 ? 2 : 1); kind++) {
+                SamplerCtx c = {logits, rows, ids, tok, lp, top, tlp, scratch, m, V,
+                                kind ? hr : NULL};
+                float ms = time_ms(sampler_launch, &c, st, 20);
+                printf("  rows %3d  temperature %.1f  %-7s %8.4f ms  %7.0f GB/s of logits read "
+                       "once\n",
+                       m, temps[ti], kind ? "cluster" : "block", ms,
+                       (double)m * V * 4 / (ms * 1e6));
+            }
+        }
     free(hr);
     cudaFree(logits), cudaFree(rows), cudaFree(ids), cudaFree(tok), cudaFree(lp), cudaFree(top),
         cudaFree(tlp), cudaFree(scratch);

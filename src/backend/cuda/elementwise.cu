@@ -17,6 +17,7 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_util.cuh"
+#include "backend/cuda/qk_norm_rope.cuh"
 
 extern "C" int cuda_error(cudaError_t e, const char *file, int line, const char *what) {
     return cvllm_errorf(CVLLM_EBACKEND, "cuda backend: %s:%d: %s: %s (%s)", file, line, what,
@@ -138,32 +139,12 @@ __global__ void qk_norm_rope_kernel(float *qkv, int64_t ld, const int32_t *posit
                                     const float *inv_freq, const float *q_norm, const float *k_norm,
                                     int n_heads, int n_kv_heads, int hd, float eps) {
     const int64_t t = blockIdx.x;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const int half = hd / 2;
+    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const float pos = (float)positions[t];
-    for (int h = warp; h < n_heads + n_kv_heads; h += nw) {
-        float *v = qkv + t * ld + (int64_t)h * hd; /* k heads follow the q heads */
-        const float *nw_ = h < n_heads ? q_norm : k_norm;
-        float r = 1.0f;
-        if (nw_) {
-            float ss = 0.0f;
-            for (int i = lane; i < hd; i += 32)
-                ss += v[i] * v[i];
-            ss = warp_sum(ss);
-            r = 1.0f / sqrtf(ss / (float)hd + eps);
-        }
-        for (int i = lane; i < half; i += 32) {
-            float a = v[i], b = v[i + half];
-            if (nw_) {
-                a = (a * r) * nw_[i];
-                b = (b * r) * nw_[i + half];
-            }
-            /* the angle in f32 as transformers (and rope_cos_sin_cpu) forms it */
-            const float angle = pos * inv_freq[i];
-            const float c = cosf(angle), s = sinf(angle);
-            v[i] = a * c - b * s;
-            v[i + half] = b * c + a * s;
-        }
+    for (int h = warp; h < n_heads + n_kv_heads; h += nw) { /* k heads follow the q heads */
+        float *v = qkv + t * ld + (int64_t)h * hd;
+        norm_rope_head<float>(v, v, NULL, h < n_heads ? q_norm : k_norm, inv_freq, pos, hd, eps,
+                              1.0f);
     }
 }
 
@@ -201,47 +182,20 @@ __global__ void qk_norm_rope_store_kernel(float *qkv, int64_t ld, const int32_t 
     pdl_wait();
     pdl_trigger();
     const int64_t t = blockIdx.x;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const int half = hd / 2, kv_dim = n_kv_heads * hd;
+    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, kv_dim = n_kv_heads * hd;
     const float pos = (float)positions[t];
     const int64_t slot = slots[t];
     for (int h = warp; h < n_heads + 2 * n_kv_heads; h += nw) {
         float *v = qkv + t * ld + (int64_t)h * hd; /* k heads follow the q heads, v the k */
         if (h >= n_heads + n_kv_heads) {
-            if (slot >= 0) {
-                C *dst = vc + slot * kv_dim + (int64_t)(h - n_heads - n_kv_heads) * hd;
-                for (int i = lane; i < hd; i += 32)
-                    dst[i] = cache_from_f32<C>(v[i], v_scale);
-            }
+            if (slot >= 0)
+                store_head<C>(v, vc + slot * kv_dim + (int64_t)(h - n_heads - n_kv_heads) * hd, hd,
+                              v_scale);
             continue;
         }
         const bool is_k = h >= n_heads;
-        const float *nw_ = is_k ? k_norm : q_norm;
-        float r = 1.0f;
-        if (nw_) {
-            float ss = 0.0f;
-            for (int i = lane; i < hd; i += 32)
-                ss += v[i] * v[i];
-            ss = warp_sum(ss);
-            r = 1.0f / sqrtf(ss / (float)hd + eps);
-        }
         C *dst = is_k && slot >= 0 ? kc + slot * kv_dim + (int64_t)(h - n_heads) * hd : NULL;
-        for (int i = lane; i < half; i += 32) {
-            float a = v[i], b = v[i + half];
-            if (nw_) {
-                a = (a * r) * nw_[i];
-                b = (b * r) * nw_[i + half];
-            }
-            const float angle = pos * inv_freq[i];
-            const float c = cosf(angle), s = sinf(angle);
-            const float x0 = a * c - b * s, x1 = b * c + a * s;
-            v[i] = x0;
-            v[i + half] = x1;
-            if (dst) {
-                dst[i] = cache_from_f32<C>(x0, k_scale);
-                dst[i + half] = cache_from_f32<C>(x1, k_scale);
-            }
-        }
+        norm_rope_head<C>(v, v, dst, is_k ? k_norm : q_norm, inv_freq, pos, hd, eps, k_scale);
     }
 }
 

@@ -124,6 +124,19 @@ typedef struct {
     /* decode: the order in which the sequences' blocks are launched ([num_seqs], a permutation:
      * longest context first, so that the blocks that start last are short ones), or NULL */
     const int32_t *seq_order;
+    /* decode, optional (positions non-NULL): q is the qkv product's raw rows (q heads, then k,
+     * then v heads, each hd wide) and the kernel does qk_norm_rope_store_cuda's work for the
+     * step's tokens itself: each block norms and rotates its query heads (q_norm; NULL: no norm),
+     * and the block(s) whose partition holds a sequence's last key norm and rotate its k head
+     * (k_norm), and store k and v at slots[t] (skipped where slots[t] < 0) before they read it.
+     * The same arithmetic as the separate launch (qk_norm_rope.cuh), bit for bit; the cache is
+     * written through k_cache / v_cache. NULL: q is already normed and rotated, the cache
+     * already holds the keys. */
+    const int32_t *positions; /* [T] */
+    const int64_t *slots;     /* [T] */
+    const float *inv_freq;    /* [hd / 2] */
+    const float *q_norm, *k_norm;
+    float eps;
 } AttentionParams;
 
 /* Whether the kernels support this head_dim: any even one up to 256 (the kernels are built for
@@ -213,9 +226,13 @@ size_t sampler_cuda_scratch_bytes(int rows, int vocab);
  * first num_logprobs filled). Semantics of backend.h: penalties, temperature, top-k, top-p,
  * min-p, draw with cvllm_uniform(seed, draw_index); temperature 0: argmax. d_scratch zeroed once
  * before the first call. CPU: the CPU sampler. */
+/* h_rows: the host's copy of d_rows, or NULL: with it, up to 16 rows none of which has
+ * penalties, top-k, top-p or log-probs each run over a thread-block cluster of 8 blocks instead
+ * of one block (sm_90; the same tokens; CVLLM_CUDA_SAMPLER=block: never). */
 int sampler_cuda(const float *d_logits, int n, int vocab, const CudaSamplingRow *d_rows,
-                 const int32_t *d_ids, int32_t *d_token, float *d_logprob, int32_t *d_top_ids,
-                 float *d_top_logprobs, void *d_scratch, cudaStream_t stream);
+                 const CudaSamplingRow *h_rows, const int32_t *d_ids, int32_t *d_token,
+                 float *d_logprob, int32_t *d_top_ids, float *d_top_logprobs, void *d_scratch,
+                 cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,57 @@
+/* qk_norm_rope.cuh: one head of one token through the per-head RMSNorm (Qwen3's q_norm / k_norm)
+ * and the rotary embedding, by one warp; and a v head's store to the cache. The arithmetic of
+ * qk_rope_store_job (backend_cpu.c: rmsnorm_cpu per head, rope_cos_sin_cpu, rope_apply_cpu) in f32.
+ * Two kernels use it, so that they agree bit for bit: qk_norm_rope_store_kernel (elementwise.cu,
+ * every token of a step) and the decode attention kernel when it takes the raw qkv rows itself
+ * (attention.cu, AttentionParams.positions set: a decode step without the separate launch). */
+#ifndef CVLLM_BACKEND_CUDA_QK_NORM_ROPE_CUH
+#define CVLLM_BACKEND_CUDA_QK_NORM_ROPE_CUH
+
+#include "backend/cuda/cuda_util.cuh"
+
+/* src: the head's hd raw values (f32); w: the norm's weights (NULL: no norm); the rotated values
+ * go to dst (f32, may be src: each lane reads its pair before it writes it, and the sum of squares
+ * is complete before any write) and / or cache (C, stored as cache_from_f32(x, scale)); either
+ * may be NULL. Called by all 32 lanes of a warp. */
+template <typename C>
+__device__ __forceinline__ void norm_rope_head(const float *src, float *dst, C *cache,
+                                               const float *w, const float *inv_freq, float pos,
+                                               int hd, float eps, float scale) {
+    const int lane = threadIdx.x & 31, half = hd / 2;
+    float r = 1.0f;
+    if (w) {
+        float ss = 0.0f;
+        for (int i = lane; i < hd; i += 32)
+            ss += src[i] * src[i];
+        ss = warp_sum(ss);
+        r = 1.0f / sqrtf(ss / (float)hd + eps);
+    }
+    for (int i = lane; i < half; i += 32) {
+        float a = src[i], b = src[i + half];
+        if (w) {
+            a = (a * r) * w[i];
+            b = (b * r) * w[i + half];
+        }
+        /* the angle in f32 as transformers (and rope_cos_sin_cpu) forms it */
+        const float angle = pos * inv_freq[i];
+        const float c = cosf(angle), s = sinf(angle);
+        const float x0 = a * c - b * s, x1 = b * c + a * s;
+        if (dst) {
+            dst[i] = x0;
+            dst[i + half] = x1;
+        }
+        if (cache) {
+            cache[i] = cache_from_f32<C>(x0, scale);
+            cache[i + half] = cache_from_f32<C>(x1, scale);
+        }
+    }
+}
+
+/* A v head's hd values to the cache, by the lanes of a warp. */
+template <typename C>
+__device__ __forceinline__ void store_head(const float *src, C *cache, int hd, float scale) {
+    for (int i = threadIdx.x & 31; i < hd; i += 32)
+        cache[i] = cache_from_f32<C>(src[i], scale);
+}
+
+#endif
