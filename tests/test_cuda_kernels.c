@@ -624,6 +624,47 @@ static void test_gemv_silu_pair(void **state) {
     assert_false(gemv_silu_pair_one_wave(DTYPE_F16, 72, 1));
 }
 
+/* copy_segments_cuda from pinned, device-mapped host memory (the backend's step inputs): segments
+ * of 4 to 280,004 bytes, 16-byte aligned or not, into a poisoned buffer; the bytes between the
+ * segments stay poisoned. And a size that is not in 4-byte words is refused. */
+static void test_copy_segments(void **state) {
+    (void)state;
+    const int64_t sizes[8] = {4, 12, 16, 20, 4004, 280004, 64, 36};
+    const int64_t soff[8] = {0, 4, 16, 36, 256, 8192, 4, 300004}; /* byte offsets, some unaligned */
+    const int64_t total = 310000, dsz = 8 * 300016;
+    uint8_t *h = NULL;
+    CK(cudaMallocHost((void **)&h, total));
+    for (int64_t i = 0; i < total; i++)
+        h[i] = (uint8_t)(i * 131 + 7);
+    void *hd = NULL;
+    CK(cudaHostGetDevicePointer(&hd, h, 0));
+    uint8_t *d = dev_poisoned(dsz);
+    CopySegments g = {.n = 8};
+    int64_t doff[8];
+    for (int i = 0; i < 8; i++) {
+        doff[i] = (int64_t)i * 300016 + (i % 2) * 4; /* every other one not 16-byte aligned */
+        g.src[i] = (const uint8_t *)hd + soff[i];
+        g.dst[i] = d + doff[i];
+        g.bytes[i] = sizes[i];
+    }
+    OK(copy_segments_cuda(&g, g_stream));
+    uint8_t *got = xmalloc(dsz);
+    dev_download(got, d, dsz);
+    for (int i = 0; i < 8; i++) {
+        if (memcmp(got + doff[i], h + soff[i], sizes[i]))
+            fail_msg("copy_segments: segment %d (%lld bytes) differs", i, (long long)sizes[i]);
+        const int64_t end = doff[i] + sizes[i], next = i + 1 < 8 ? doff[i + 1] : dsz;
+        for (int64_t k = end; k < next; k++)
+            if (got[k] != 0xFF) fail_msg("copy_segments: byte %lld past segment %d written",
+                                         (long long)k, i);
+    }
+    g.bytes[3] = 6;
+    assert_int_not_equal(copy_segments_cuda(&g, g_stream), 0);
+    cudaFree(d);
+    cudaFreeHost(h);
+    free(got);
+}
+
 /* ---------------------------------------------------------------- attention */
 
 typedef struct {
@@ -1584,6 +1625,7 @@ int main(void) {
         cmocka_unit_test(test_fp8_conversions),
         cmocka_unit_test(test_silu_mul_gather_bias),
         cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_copy_segments),
         cmocka_unit_test(test_gemv_silu_pair),
         cmocka_unit_test(test_attention_prefill),
         cmocka_unit_test(test_attention_decode),

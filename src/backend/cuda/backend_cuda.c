@@ -133,6 +133,9 @@ typedef struct {
     CudaGemm *gemm;
     /* step inputs (device) and their pinned host staging, same layout */
     void *d_in, *h_in;
+    /* h_in as the device addresses it (pinned memory is mapped: unified addressing), or NULL:
+     * then the inputs go by cudaMemcpyAsync (CVLLM_CUDA_INPUTS=copy, or no mapping) */
+    char *h_in_dev;
     size_t in_bytes;
     int32_t *d_ids, *d_pos, *d_cu_q, *d_ctx, *d_lidx, *d_tables, *d_order;
     int64_t *d_slots;
@@ -519,6 +522,12 @@ static int alloc_workspace(CudaBackend *c) {
                                     "be allocated",
                                     c->in_bytes / 1048576.0);
             }
+            const char *ie = getenv("CVLLM_CUDA_INPUTS");
+            void *dp = NULL;
+            if (!(ie && strcmp(ie, "copy") == 0) &&
+                cudaHostGetDevicePointer(&dp, c->h_in, 0) == cudaSuccess)
+                c->h_in_dev = dp;
+            cudaGetLastError();
         }
     }
     return gemm_create(&c->gemm, c->gemm_ws, GEMM_WS_BYTES);
@@ -922,9 +931,39 @@ static DType cuda_kv_default_dtype(Backend *b) {
     return ((CudaBackend *)b->ctx)->adt;
 }
 
-/* Copies the staged inputs of T tokens, S sequences, n logits rows to the device. */
-static int copy_inputs(CudaBackend *c, int T, int S, int n_logits) {
+/* The device's address of a staged (pinned) host array. */
+static const void *mapped(const CudaBackend *c, const void *h) {
+    return c->h_in_dev + ((const char *)h - (const char *)c->h_in);
+}
+
+/* Tables up to this many bytes go with the other inputs in copy_segments_cuda's one launch; more
+ * by a copy engine (the kernel reads host memory in 16-byte words over PCIe). */
+#define INPUT_TABLES_MAPPED_MAX (16 << 10)
+
+/* Copies the staged inputs of T tokens, S sequences, n logits rows (and the decode order, with
+ * order) to the device: by one kernel that reads the pinned buffer where it is mapped (a copy
+ * engine's operation costs a few microseconds each, and a step had eight: about 29 us of a
+ * batch-1 decode step's 1.1 ms, H200, 2026-11-23), else by cudaMemcpyAsync each. */
+static int copy_inputs(CudaBackend *c, int T, int S, int n_logits, int order) {
     cudaStream_t st = c->stream;
+    const size_t tab = (size_t)S * c->max_blocks * 4;
+    if (c->h_in_dev) {
+        CopySegments g = {.n = 0};
+#define SEG(d, h, nb) (g.src[g.n] = mapped(c, h), g.dst[g.n] = (d), g.bytes[g.n++] = (int64_t)(nb))
+        SEG(c->d_ids, c->h_ids, (size_t)T * 4);
+        SEG(c->d_pos, c->h_pos, (size_t)T * 4);
+        SEG(c->d_slots, c->h_slots, (size_t)T * 8);
+        SEG(c->d_cu_q, c->h_cu_q, (size_t)(S + 1) * 4);
+        SEG(c->d_ctx, c->h_ctx, (size_t)S * 4);
+        if (n_logits > 0) SEG(c->d_lidx, c->h_lidx, (size_t)n_logits * 4);
+        if (order) SEG(c->d_order, c->h_order, (size_t)S * 4);
+        if (tab <= INPUT_TABLES_MAPPED_MAX) SEG(c->d_tables, c->h_tables, tab);
+#undef SEG
+        TRY(copy_segments_cuda(&g, st));
+        if (tab > INPUT_TABLES_MAPPED_MAX)
+            CUDA_TRY(cudaMemcpyAsync(c->d_tables, c->h_tables, tab, cudaMemcpyHostToDevice, st));
+        return 0;
+    }
     CUDA_TRY(cudaMemcpyAsync(c->d_ids, c->h_ids, (size_t)T * 4, cudaMemcpyHostToDevice, st));
     CUDA_TRY(cudaMemcpyAsync(c->d_pos, c->h_pos, (size_t)T * 4, cudaMemcpyHostToDevice, st));
     CUDA_TRY(cudaMemcpyAsync(c->d_slots, c->h_slots, (size_t)T * 8, cudaMemcpyHostToDevice, st));
@@ -934,8 +973,9 @@ static int copy_inputs(CudaBackend *c, int T, int S, int n_logits) {
     if (n_logits > 0)
         CUDA_TRY(cudaMemcpyAsync(c->d_lidx, c->h_lidx, (size_t)n_logits * 4, cudaMemcpyHostToDevice,
                                  st));
-    CUDA_TRY(cudaMemcpyAsync(c->d_tables, c->h_tables, (size_t)S * c->max_blocks * 4,
-                             cudaMemcpyHostToDevice, st));
+    if (order)
+        CUDA_TRY(cudaMemcpyAsync(c->d_order, c->h_order, (size_t)S * 4, cudaMemcpyHostToDevice, st));
+    CUDA_TRY(cudaMemcpyAsync(c->d_tables, c->h_tables, tab, cudaMemcpyHostToDevice, st));
     return 0;
 }
 
@@ -953,13 +993,11 @@ void attention_decode_order(const int32_t *ctx, int S, uint64_t *keys, int32_t *
         order[i] = (int32_t)(keys[i] & 0xffffffffu);
 }
 
-/* The decode attention's launch order of the S staged lanes, to the device. */
+/* The decode attention's launch order of the S staged lanes (h_order; copy_inputs sends it). */
 static int stage_order(CudaBackend *c, int S) {
     if (!c->order_decode) return 0;
     attention_decode_order(c->h_ctx, S, c->order_keys, c->h_order);
-    CUDA_TRY(cudaMemcpyAsync(c->d_order, c->h_order, (size_t)S * 4, cudaMemcpyHostToDevice,
-                             c->stream));
-    return 0;
+    return 1;
 }
 
 /* A prefill of max_num_tokens tokens (sequences of up to max_model_len, at most max_num_seqs)
@@ -992,7 +1030,7 @@ static int measure_step(CudaBackend *c) {
     const DType saved_dt = c->kvdt;
     c->block_size = bs;
     c->kvdt = c->adt;
-    int rc = copy_inputs(c, T, S, S);
+    int rc = copy_inputs(c, T, S, S, 0);
     ModelLaunch m = {.T = T,
                      .S = S,
                      .max_q = maxq,
@@ -1162,8 +1200,7 @@ static int cuda_warmup(Backend *b) {
         pad_lanes(c, 0, B);
         for (int s = 0; s < B; s++)
             c->h_tables[(size_t)s * c->max_blocks] = 0;
-        TRY(copy_inputs(c, B, B, B));
-        TRY(stage_order(c, B));
+        TRY(copy_inputs(c, B, B, B, stage_order(c, B)));
         AttentionParams ap = {.n_heads = c->heads,
                               .n_kv_heads = c->kvh,
                               .hd = c->hd,
@@ -1245,8 +1282,10 @@ static int stage_sampling(CudaBackend *c, const StepInputs *in) {
         nid += n;
     }
     cudaStream_t st = c->stream;
-    CUDA_TRY(cudaMemcpyAsync(c->d_rows, c->h_rows, (size_t)in->num_logits * sizeof(CudaSamplingRow),
-                             cudaMemcpyHostToDevice, st));
+    if (!c->h_in_dev) /* else the sampler reads them where they are (mapped) */
+        CUDA_TRY(cudaMemcpyAsync(c->d_rows, c->h_rows,
+                                 (size_t)in->num_logits * sizeof(CudaSamplingRow),
+                                 cudaMemcpyHostToDevice, st));
     if (nid)
         CUDA_TRY(
             cudaMemcpyAsync(c->d_hist, c->h_hist, (size_t)nid * 4, cudaMemcpyHostToDevice, st));
@@ -1262,8 +1301,7 @@ typedef struct {
 /* Copies the staged inputs to the device and enqueues the model (embedding .. logits). */
 static int launch_step(CudaBackend *c, const StepLaunch *sl) {
     PROF(c, PC_INPUTS);
-    TRY(copy_inputs(c, sl->T, sl->S, sl->n));
-    if (sl->decode) TRY(stage_order(c, sl->S));
+    TRY(copy_inputs(c, sl->T, sl->S, sl->n, sl->decode && stage_order(c, sl->S)));
     if (sl->bucket >= 0) {
         PROF(c, PC_GRAPH);
         CUDA_TRY(cudaGraphLaunch(c->graphs[sl->bucket], c->stream));
@@ -1384,11 +1422,16 @@ static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
     }
     PROF(c, PC_SAMPLER);
     if ((rc = stage_sampling(c, in))) goto failed;
-    if ((rc = sampler_cuda(c->logits, n, c->V, c->d_rows, c->h_rows, c->d_hist, c->d_tok, c->d_lp,
-                           c->d_top, c->d_tlp, c->d_sampler_scratch, c->stream)))
+    /* mapped: the rows read from, and the tokens written to, the pinned buffers themselves (two
+     * copy-engine operations fewer) */
+    const CudaSamplingRow *rows = c->h_in_dev ? mapped(c, c->h_rows) : c->d_rows;
+    int32_t *tok = c->h_in_dev ? (int32_t *)mapped(c, c->h_tok) : c->d_tok;
+    if ((rc = sampler_cuda(c->logits, n, c->V, rows, c->h_rows, c->d_hist, tok, c->d_lp, c->d_top,
+                           c->d_tlp, c->d_sampler_scratch, c->stream)))
         goto failed;
     cudaStream_t st = c->stream;
-    CUDA_TRY(cudaMemcpyAsync(c->h_tok, c->d_tok, (size_t)n * 4, cudaMemcpyDeviceToHost, st));
+    if (!c->h_in_dev)
+        CUDA_TRY(cudaMemcpyAsync(c->h_tok, c->d_tok, (size_t)n * 4, cudaMemcpyDeviceToHost, st));
     int any_lp = 0;
     for (int i = 0; i < n; i++)
         any_lp |= in->sampling[i].num_logprobs >= 0;

@@ -12,7 +12,8 @@
  *   store_kvcache_cuda    <- qk_rope_store_job's store (slot -1: nothing written; an fp8 cache
  *                            gets f32_to_fp8_e4m3(x / scale), bit for bit)
  *   silu_mul_cuda         <- silu_mul_cpu
- *   gather_rows_cuda      <- the logits_indices rows of cpu_forward */
+ *   gather_rows_cuda      <- the logits_indices rows of cpu_forward
+ *   copy_segments_cuda    <- memcpy of each segment */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -217,6 +218,51 @@ extern "C" int qk_norm_rope_store_cuda(float *d_qkv, int64_t ld, const int32_t *
                           d_qkv, ld, d_positions, d_inv_freq, d_q_norm, d_k_norm, n_heads,
                           n_kv_heads, hd, eps, (C *)d_k_cache, (C *)d_v_cache, d_slot_mapping,
                           k_scale, v_scale));
+    CUDA_LAUNCH_TRY();
+    return 0;
+}
+
+/* ------------------------------------------------------------------ copy_segments */
+
+/* A block's threads take 4-byte words of the segments in turn (16-byte words where a segment's
+ * ends allow): reads of host memory over PCIe, many in flight. */
+__global__ void copy_segments_kernel(CopySegments c) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (int i = 0; i < c.n; i++) {
+        const int64_t nb = c.bytes[i];
+        const bool v16 = (((uintptr_t)c.src[i] | (uintptr_t)c.dst[i]) & 15) == 0;
+        int64_t done = 0;
+        if (v16) {
+            const uint4 *s = (const uint4 *)c.src[i];
+            uint4 *d = (uint4 *)c.dst[i];
+            for (int64_t k = tid; k < nb / 16; k += stride)
+                d[k] = s[k];
+            done = nb / 16 * 16;
+        }
+        const uint32_t *s = (const uint32_t *)((const char *)c.src[i] + done);
+        uint32_t *d = (uint32_t *)((char *)c.dst[i] + done);
+        for (int64_t k = tid; k < (nb - done) / 4; k += stride)
+            d[k] = s[k];
+    }
+}
+
+extern "C" int copy_segments_cuda(const CopySegments *segs, cudaStream_t stream) {
+    if (segs->n < 0 || segs->n > 8)
+        return cvllm_errorf(CVLLM_EINVAL, "copy_segments: %d segments (at most 8)", segs->n);
+    int64_t words = 0;
+    for (int i = 0; i < segs->n; i++) {
+        if (segs->bytes[i] % 4 || ((uintptr_t)segs->src[i] | (uintptr_t)segs->dst[i]) & 3)
+            return cvllm_errorf(CVLLM_EINVAL,
+                                "copy_segments: segment %d of %lld bytes is not in 4-byte words",
+                                i, (long long)segs->bytes[i]);
+        const int64_t w = (segs->bytes[i] + 15) / 16; /* a 16-byte word a thread, or a tail */
+        if (w > words) words = w;
+    }
+    if (words == 0) return 0;
+    int blocks = (int)((words + 255) / 256);
+    if (blocks > 64) blocks = 64;
+    copy_segments_kernel<<<blocks, 256, 0, stream>>>(*segs);
     CUDA_LAUNCH_TRY();
     return 0;
 }

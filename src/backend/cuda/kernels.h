@@ -94,6 +94,17 @@ int silu_mul_cuda(void *d_g, DType adt, const float *d_gu, int T, int I, cudaStr
 int gather_rows_cuda(float *d_y, const float *d_x, const int32_t *d_idx, int n, int H,
                      cudaStream_t stream);
 
+/* Up to 8 copies in one launch (a step's input arrays from pinned, device-mapped host memory to
+ * the device: a copy engine's operation costs a few microseconds each, a launch one): seg i
+ * copies bytes[i] (a multiple of 4; src, dst 4-byte aligned) from src[i] to dst[i]. CPU: memcpy. */
+typedef struct {
+    const void *src[8];
+    void *dst[8];
+    int64_t bytes[8];
+    int n;
+} CopySegments;
+int copy_segments_cuda(const CopySegments *segs, cudaStream_t stream);
+
 /* dst[i] = dt(src[i]) (f32 -> bf16 / f16 / f32 / fp8 e4m3 unscaled): tests and weight-free
  * conversions. CPU: f32_to_bf16, f32_to_f16, f32_to_fp8_e4m3 (common.h). */
 int convert_f32_cuda(void *d_dst, DType dt, const float *d_src, int64_t n, cudaStream_t stream);
