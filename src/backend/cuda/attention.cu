@@ -402,7 +402,12 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     }
 }
 
-/* Merges the partitions of each (sequence, query head): a block per pair, a thread per element. */
+/* Merges the partitions of each (sequence, query head): a block per pair, a thread per element.
+ * The partitions' maxima and sums are read once, by the threads in turn, into shared memory (the
+ * weights exp2(m_i - M)); then each thread's sum over the partitions has no load that waits for
+ * another (a loop that read m_i, then its sum and accumulator, one partition after the other,
+ * was a chain of dependent L2 round trips: 32 partitions at batch 1). */
+#define MERGE_MAX_PARTS 64
 __global__ void attention_decode_merge_kernel(AttentionParams p, int num_parts, const float *ws) {
     pdl_wait();
     pdl_trigger();
@@ -411,19 +416,35 @@ __global__ void attention_decode_merge_kernel(AttentionParams p, int num_parts, 
     if (t < 0) return;
     const int64_t r0 = ((int64_t)s * p.n_heads + h) * num_parts;
     const float *ml = ws, *wacc = ws + (int64_t)p.num_seqs * p.n_heads * num_parts * 2;
-    float M = -INFINITY;
-    for (int i = 0; i < num_parts; i++)
-        M = fmaxf(M, ml[2 * (r0 + i)]);
+    __shared__ float sm_m[MERGE_MAX_PARTS], sm_l[MERGE_MAX_PARTS], sm_f[MERGE_MAX_PARTS];
+    __shared__ float sm_red[2];
+    for (int i = threadIdx.x; i < num_parts; i += blockDim.x) {
+        sm_m[i] = ml[2 * (r0 + i)];
+        sm_l[i] = ml[2 * (r0 + i) + 1];
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) { /* one warp: the maximum, the weights, the total */
+        float M = -INFINITY;
+        for (int i = threadIdx.x; i < num_parts; i += 32)
+            M = fmaxf(M, sm_m[i]);
+        M = warp_max(M);
+        float L = 0.0f;
+        for (int i = threadIdx.x; i < num_parts; i += 32) {
+            /* the states' maxima are log2-scaled; an empty partition (-inf) weighs 0 */
+            const float f = M == -INFINITY || sm_m[i] == -INFINITY ? 0.0f : exp2f(sm_m[i] - M);
+            sm_f[i] = f;
+            L += sm_l[i] * f;
+        }
+        L = warp_sum(L);
+        if (threadIdx.x == 0) sm_red[0] = L;
+    }
+    __syncthreads();
+    const float L = sm_red[0];
     for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-        float L = 0.0f, A = 0.0f;
-        if (M != -INFINITY)
-            for (int i = 0; i < num_parts; i++) {
-                const float mi = ml[2 * (r0 + i)];
-                if (mi == -INFINITY) continue;
-                const float f = exp2f(mi - M); /* the states' maxima are log2-scaled */
-                L += ml[2 * (r0 + i) + 1] * f;
-                A += wacc[(r0 + i) * HD + d] * f;
-            }
+        float A = 0.0f;
+#pragma unroll 8
+        for (int i = 0; i < num_parts; i++)
+            A += sm_f[i] == 0.0f ? 0.0f : wacc[(r0 + i) * HD + d] * sm_f[i];
         store_out(p.out, p.adt, (int64_t)t * p.n_heads * HD + (int64_t)h * HD + d,
                   L > 0.0f ? A / L : 0.0f);
     }
@@ -554,6 +575,9 @@ extern "C" int attention_decode_cuda(const AttentionParams *p, int num_parts, vo
     if (rc) return rc;
     if (p->num_seqs <= 0) return 0;
     if (num_parts < 1) num_parts = 1;
+    if (num_parts > MERGE_MAX_PARTS)
+        return cvllm_errorf(CVLLM_EINVAL, "cuda attention: %d partitions (at most %d)", num_parts,
+                            MERGE_MAX_PARTS);
     if (num_parts > 1 && !d_ws)
         return cvllm_errorf(CVLLM_EINVAL, "cuda attention: %d partitions need a workspace",
                             num_parts);
