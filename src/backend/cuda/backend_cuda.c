@@ -407,7 +407,6 @@ out:
     return rc;
 }
 
-/* The activation workspace, the step inputs and the sampler's buffers (device and pinned). */
 #define FUSE_QK_MAX_SEQS 16
 
 /* Whether the fusion named `name` is on: CVLLM_CUDA_FUSE unset or 1: every one; 0: none; else a
@@ -427,6 +426,7 @@ static int fusion_on(const char *name) {
     return 0;
 }
 
+/* The activation workspace, the step inputs and the sampler's buffers (device and pinned). */
 static int alloc_workspace(CudaBackend *c) {
     const char *oe = getenv("CVLLM_CUDA_DEC_ORDER");
     c->order_decode = !(oe && atoi(oe) == 0);
@@ -954,36 +954,26 @@ static const void *mapped(const CudaBackend *c, const void *h) {
 static int copy_inputs(CudaBackend *c, int T, int S, int n_logits, int order) {
     cudaStream_t st = c->stream;
     const size_t tab = (size_t)S * c->max_blocks * 4;
-    if (c->h_in_dev) {
-        CopySegments g = {.n = 0};
-#define SEG(d, h, nb) (g.src[g.n] = mapped(c, h), g.dst[g.n] = (d), g.bytes[g.n++] = (int64_t)(nb))
-        SEG(c->d_ids, c->h_ids, (size_t)T * 4);
-        SEG(c->d_pos, c->h_pos, (size_t)T * 4);
-        SEG(c->d_slots, c->h_slots, (size_t)T * 8);
-        SEG(c->d_cu_q, c->h_cu_q, (size_t)(S + 1) * 4);
-        SEG(c->d_ctx, c->h_ctx, (size_t)S * 4);
-        if (n_logits > 0) SEG(c->d_lidx, c->h_lidx, (size_t)n_logits * 4);
-        if (order) SEG(c->d_order, c->h_order, (size_t)S * 4);
-        if (tab <= INPUT_TABLES_MAPPED_MAX) SEG(c->d_tables, c->h_tables, tab);
+    CopySegments g = {.n = 0}; /* from the pinned buffer; the tables last */
+#define SEG(d, h, nb) (g.src[g.n] = (h), g.dst[g.n] = (d), g.bytes[g.n++] = (int64_t)(nb))
+    SEG(c->d_ids, c->h_ids, (size_t)T * 4);
+    SEG(c->d_pos, c->h_pos, (size_t)T * 4);
+    SEG(c->d_slots, c->h_slots, (size_t)T * 8);
+    SEG(c->d_cu_q, c->h_cu_q, (size_t)(S + 1) * 4);
+    SEG(c->d_ctx, c->h_ctx, (size_t)S * 4);
+    if (n_logits > 0) SEG(c->d_lidx, c->h_lidx, (size_t)n_logits * 4);
+    if (order) SEG(c->d_order, c->h_order, (size_t)S * 4);
+    SEG(c->d_tables, c->h_tables, tab);
 #undef SEG
-        TRY(copy_segments_cuda(&g, st));
-        if (tab > INPUT_TABLES_MAPPED_MAX)
-            CUDA_TRY(cudaMemcpyAsync(c->d_tables, c->h_tables, tab, cudaMemcpyHostToDevice, st));
-        return 0;
-    }
-    CUDA_TRY(cudaMemcpyAsync(c->d_ids, c->h_ids, (size_t)T * 4, cudaMemcpyHostToDevice, st));
-    CUDA_TRY(cudaMemcpyAsync(c->d_pos, c->h_pos, (size_t)T * 4, cudaMemcpyHostToDevice, st));
-    CUDA_TRY(cudaMemcpyAsync(c->d_slots, c->h_slots, (size_t)T * 8, cudaMemcpyHostToDevice, st));
-    CUDA_TRY(
-        cudaMemcpyAsync(c->d_cu_q, c->h_cu_q, (size_t)(S + 1) * 4, cudaMemcpyHostToDevice, st));
-    CUDA_TRY(cudaMemcpyAsync(c->d_ctx, c->h_ctx, (size_t)S * 4, cudaMemcpyHostToDevice, st));
-    if (n_logits > 0)
-        CUDA_TRY(cudaMemcpyAsync(c->d_lidx, c->h_lidx, (size_t)n_logits * 4, cudaMemcpyHostToDevice,
+    const int engine = c->h_in_dev ? (tab > INPUT_TABLES_MAPPED_MAX) : g.n; /* by copy engine */
+    for (int i = g.n - engine; i < g.n; i++)
+        CUDA_TRY(cudaMemcpyAsync(g.dst[i], g.src[i], (size_t)g.bytes[i], cudaMemcpyHostToDevice,
                                  st));
-    if (order)
-        CUDA_TRY(cudaMemcpyAsync(c->d_order, c->h_order, (size_t)S * 4, cudaMemcpyHostToDevice, st));
-    CUDA_TRY(cudaMemcpyAsync(c->d_tables, c->h_tables, tab, cudaMemcpyHostToDevice, st));
-    return 0;
+    g.n -= engine;
+    if (g.n == 0) return 0;
+    for (int i = 0; i < g.n; i++)
+        g.src[i] = mapped(c, g.src[i]);
+    return copy_segments_cuda(&g, st);
 }
 
 static int cmp_u64(const void *a, const void *b) {
