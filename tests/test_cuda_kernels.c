@@ -677,6 +677,30 @@ typedef struct {
     float k_scale, v_scale; /* fp8 cache: its scales (0: 1.0) */
 } AttnCase;
 
+/* Block tables [S, maxblk] for sequences of ctx[s] keys in blocks of bs: the cache's
+ * *num_blocks blocks (those in use and 3 more) in a random permutation, entries past a
+ * sequence's last block -1. */
+static int32_t *random_tables(const int *ctx, int S, int bs, int maxblk, int *num_blocks) {
+    int nb = 3;
+    for (int s = 0; s < S; s++)
+        nb += (ctx[s] + bs - 1) / bs;
+    int32_t *perm = xmalloc(nb * sizeof(int32_t));
+    for (int i = 0; i < nb; i++)
+        perm[i] = i;
+    for (int i = nb - 1; i > 0; i--) {
+        int j = irand(i + 1), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    int32_t *tables = xmalloc((size_t)S * maxblk * sizeof(int32_t));
+    int used = 0;
+    for (int s = 0; s < S; s++)
+        for (int b = 0; b < maxblk; b++)
+            tables[s * maxblk + b] = b < (ctx[s] + bs - 1) / bs ? perm[used++] : -1;
+    free(perm);
+    *num_blocks = nb;
+    return tables;
+}
+
 static void run_attention_case(const AttnCase *c) {
     const int S = c->num_seqs, hd = c->hd, nh = c->n_heads, nkv = c->n_kv_heads, bs = c->block_size;
     int T = 0, maxq = 0, maxk = 0, maxblk = 0;
@@ -687,23 +711,8 @@ static void run_attention_case(const AttnCase *c) {
         if ((c->ctx[s] + bs - 1) / bs > maxblk) maxblk = (c->ctx[s] + bs - 1) / bs;
     }
     maxblk += 1; /* a padded column: -1 */
-    int num_blocks = 0;
-    for (int s = 0; s < S; s++)
-        num_blocks += (c->ctx[s] + bs - 1) / bs;
-    num_blocks += 3;
-    /* block tables: a random permutation of the blocks */
-    int32_t *perm = xmalloc(num_blocks * sizeof(int32_t));
-    for (int i = 0; i < num_blocks; i++)
-        perm[i] = i;
-    for (int i = num_blocks - 1; i > 0; i--) {
-        int j = irand(i + 1), t = perm[i];
-        perm[i] = perm[j], perm[j] = t;
-    }
-    int32_t *tables = xmalloc((size_t)S * maxblk * sizeof(int32_t));
-    int used = 0;
-    for (int s = 0; s < S; s++)
-        for (int b = 0; b < maxblk; b++)
-            tables[s * maxblk + b] = b < (c->ctx[s] + bs - 1) / bs ? perm[used++] : -1;
+    int num_blocks;
+    int32_t *tables = random_tables(c->ctx, S, bs, maxblk, &num_blocks);
     /* the cache, random everywhere, as the device type */
     const int64_t kvs = (int64_t)nkv * hd, cache_n = (int64_t)num_blocks * bs * kvs;
     float *kf = xmalloc(cache_n * 4), *vf = xmalloc(cache_n * 4);
@@ -827,7 +836,7 @@ static void run_attention_case(const AttnCase *c) {
     }
     cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(dcu), cudaFree(dtab), cudaFree(dctx),
         cudaFree(dorder);
-    free(perm), free(tables), free(kf), free(vf), free(kh), free(vh), free(q), free(qc),
+    free(tables), free(kf), free(vf), free(kh), free(vh), free(q), free(qc),
         free(nkeys), free(tseq), free(ref), free(scratch), free(got), free(oh);
 }
 
@@ -980,24 +989,10 @@ static void test_attention_decode_fused(void **state) {
         const float ks = fp8 && ci % 2 ? 0.75f : 1.0f, vs = fp8 && ci % 2 ? 1.25f : 1.0f;
         enum { S = 6 };
         const int ctx[S] = {1, 17, 300, 1000, 0, 33}; /* lane 4: padding */
-        int maxblk = 0, num_blocks = 3;
-        for (int s = 0; s < S; s++) {
-            const int nb = (ctx[s] + bs - 1) / bs;
-            num_blocks += nb;
-            if (nb > maxblk) maxblk = nb;
-        }
-        int32_t *perm = xmalloc(num_blocks * sizeof(int32_t));
-        for (int i = 0; i < num_blocks; i++)
-            perm[i] = i;
-        for (int i = num_blocks - 1; i > 0; i--) {
-            int j = irand(i + 1), t = perm[i];
-            perm[i] = perm[j], perm[j] = t;
-        }
-        int32_t *tables = xmalloc((size_t)S * maxblk * sizeof(int32_t));
-        int used = 0;
+        int maxblk = 0, num_blocks;
         for (int s = 0; s < S; s++)
-            for (int b = 0; b < maxblk; b++)
-                tables[s * maxblk + b] = b < (ctx[s] + bs - 1) / bs ? perm[used++] : -1;
+            if ((ctx[s] + bs - 1) / bs > maxblk) maxblk = (ctx[s] + bs - 1) / bs;
+        int32_t *tables = random_tables(ctx, S, bs, maxblk, &num_blocks);
         int32_t pos[S], cu[S + 1] = {0};
         int64_t slot[S];
         for (int s = 0; s < S; s++) {
@@ -1089,7 +1084,7 @@ static void test_attention_decode_fused(void **state) {
             free(ho[way]), free(hk[way]), free(hv[way]);
         cudaFree(dinv), cudaFree(dqn), cudaFree(dkn), cudaFree(dpos), cudaFree(dcu),
             cudaFree(dctx), cudaFree(dtab), cudaFree(dslot);
-        free(perm), free(tables), free(kf), free(vf), free(kh), free(vh), free(qkv);
+        free(tables), free(kf), free(vf), free(kh), free(vh), free(qkv);
     }
 }
 
