@@ -822,10 +822,12 @@ static void run_attention_case(const AttnCase *c) {
         if (kind == 2) strncat(what, " (reversed launch order)", sizeof what - strlen(what) - 1);
         double tol = tol_for(c->adt, 2e-5);
         /* the tensor-core prefill rounds q and the softmax weights to the cache's 16-bit type
-         * (fp8: to the model's, adt, and the dequantized keys and values too) */
-        const int tc = kind == 0 && attention_prefill_uses_tc(&p);
+         * (fp8: to the model's, adt, and the dequantized keys and values too); the tensor-core
+         * decode to the cache's (fp8: to f16, which holds e4m3 exactly) */
+        const int tc = kind == 0 ? attention_prefill_uses_tc(&p) : attention_decode_uses_tc(&p);
         if (tc) {
-            const double t16 = (fp8 ? c->adt : c->kvdt) == DTYPE_BF16 ? 2e-2 : 4e-3;
+            const DType t16dt = kind == 0 ? (fp8 ? c->adt : c->kvdt) : (fp8 ? DTYPE_F16 : c->kvdt);
+            const double t16 = t16dt == DTYPE_BF16 ? 2e-2 : 4e-3;
             if (tol < t16) tol = t16;
             strncat(what, " (tensor cores)", sizeof what - strlen(what) - 1);
         }

@@ -459,9 +459,27 @@ extern "C" size_t attention_decode_ws_bytes(int num_seqs, int n_heads, int hd, i
     return (size_t)num_seqs * n_heads * num_parts * (hd + 2) * sizeof(float);
 }
 
+/* The tensor-core decode kernel (below) takes these shapes unless CVLLM_CUDA_DEC_TC=0. */
+static int decode_tc_on(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CVLLM_CUDA_DEC_TC");
+        v = !(e && atoi(e) == 0);
+    }
+    return v;
+}
+extern "C" int attention_decode_uses_tc(const AttentionParams *p) {
+    const int group = p->n_kv_heads > 0 ? p->n_heads / p->n_kv_heads : 0;
+    return decode_tc_on() && (p->hd == 64 || p->hd == 128) && group >= 1 && group <= 8 &&
+           (p->kvdt == DTYPE_BF16 || p->kvdt == DTYPE_F16 || p->kvdt == DTYPE_FP8_E4M3);
+}
+static int decode_tc_launch(const AttentionParams *p, int num_parts, float *ws,
+                            cudaStream_t stream);
+
 extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms) {
     const int group = p->n_heads / p->n_kv_heads, qh = dec_qh(group);
-    const int chunks = (group + qh - 1) / qh;
+    /* blocks per (sequence, kv head): the tensor-core kernel takes the whole group */
+    const int chunks = attention_decode_uses_tc(p) ? 1 : (group + qh - 1) / qh;
     const int64_t blocks = (int64_t)p->num_seqs * p->n_kv_heads * chunks;
     /* four blocks per SM (about what fits): a grid of one or two waves at mid-size batches
      * leaves SMs idle in its last wave */
@@ -582,8 +600,12 @@ extern "C" int attention_decode_cuda(const AttentionParams *p, int num_parts, vo
         return cvllm_errorf(CVLLM_EINVAL, "cuda attention: %d partitions need a workspace",
                             num_parts);
     float *ws = (float *)d_ws;
-    DISPATCH_KV_DTYPE(p->kvdt, C,
-                      DISPATCH_HD(p->hd, HDC, launch_decode<C, HDC>(*p, num_parts, ws, stream)));
+    if (attention_decode_uses_tc(p))
+        decode_tc_launch(p, num_parts, ws, stream);
+    else
+        DISPATCH_KV_DTYPE(
+            p->kvdt, C,
+            DISPATCH_HD(p->hd, HDC, launch_decode<C, HDC>(*p, num_parts, ws, stream)));
     CUDA_LAUNCH_TRY();
     if (num_parts > 1) {
         dim3 grid(p->n_heads, p->num_seqs);
@@ -1030,5 +1052,304 @@ extern "C" int attention_prefill_cuda(const AttentionParams *p, cudaStream_t str
                       DISPATCH_HD(p->hd, HDC, rc = launch_prefill<C, HDC>(*p, stream)));
     if (rc) return rc;
     CUDA_LAUNCH_TRY();
+    return 0;
+}
+
+/* ================================================================== decode, tensor cores
+ *
+ * For a bf16 / f16 / fp8 cache, head_dim 64 or 128 and GQA groups of up to 8 query heads: the
+ * same grid, partitions, launch order, fused prologue and workspace as the SIMT decode kernel
+ * above, but a block takes every query head of its kv head and the products run on mma.sync
+ * m16n8k16 (bf16 operands for a bf16 cache, f16 for f16 and fp8: e4m3 converts to f16
+ * exactly), f32 accumulation. A warp takes 16 keys at a time:
+ *   S (heads x 16 keys) = Q (heads padded to 16 rows) K^T: two n-tiles of 8 keys, head_dim / 16
+ *     k-steps; Q's fragments are built once, q times the softmax scale in log2 units (times
+ *     k_scale for fp8), rounded to the operand type;
+ *   O^T (head_dim x 8 heads) += V^T (head_dim x 16 keys) P^T: head_dim / 16 m-tiles, one k-step;
+ *     P (rounded to the operand type) is S's accumulator fragment as it stands (the row of a
+ *     head, keys 2t, 2t+1 and 2t+8, 2t+9 of thread t), so it needs no exchange.
+ * Neither product cares in which order it sums head_dim, so each thread's K fragment is one
+ * contiguous run of a key's row (head_dim / 4 elements: 16-byte loads straight from the cache,
+ * no shared memory), and its V fragment a contiguous run of head_dim / 8 elements of each of
+ * its four keys, paired across keys with byte permutes (prmt). An fp8 value is converted two at
+ * a time (cvt.rn.f16x2.e4m3x2); v_scale is applied to the output. The per-key work of the SIMT
+ * kernel (a dot product's FMAs and shuffles, an exp2, head_dim / 8 FMAs a lane a head) becomes
+ * a few tensor-core instructions a tile, so the kernel's instruction count per byte falls (the
+ * SIMT kernel is near its issue limit with an fp8 cache). Like the tensor-core prefill, q and P
+ * rounded to 16 bits make it agree with the f32 CPU twin to about 1e-2 (bf16) / 2e-3 (f16, fp8)
+ * of the output's range. CVLLM_CUDA_DEC_TC=0: the SIMT kernel. */
+
+#define DTC_MAX_GROUP 8
+
+template <typename KV> struct DecTcOperand {
+    typedef KV T;
+};
+template <> struct DecTcOperand<__nv_fp8_e4m3> {
+    typedef __half T;
+};
+
+__device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+/* the two e4m3 values in the low 16 bits of v as f16x2 (exact) */
+__device__ __forceinline__ uint32_t e4m3x2_h2(uint32_t v) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xffffu), __NV_E4M3);
+    return (uint32_t)h.x | (uint32_t)h.y << 16;
+}
+
+/* n 32-bit words from p (n * 4 bytes, aligned to that or to 16) */
+template <int N> __device__ __forceinline__ void load_words(const void *p, uint32_t *w) {
+    if constexpr (N % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < N / 4; i++) {
+            const uint4 u = ((const uint4 *)p)[i];
+            w[4 * i] = u.x, w[4 * i + 1] = u.y, w[4 * i + 2] = u.z, w[4 * i + 3] = u.w;
+        }
+    } else {
+        static_assert(N == 2, "8-byte runs");
+        const uint2 u = *(const uint2 *)p;
+        w[0] = u.x, w[1] = u.y;
+    }
+}
+
+template <typename KV, int HD, bool FUSE>
+__global__ void __launch_bounds__(DEC_WARPS * 32, 3)
+    attention_decode_tc_kernel(AttentionParams p, int num_parts, float *ws) {
+    pdl_wait();
+    pdl_trigger();
+    typedef typename DecTcOperand<KV>::T M;
+    constexpr bool F8 = IsFp8<KV>::value;
+    constexpr int KSTEPS = HD / 16;               /* k-steps of S; also the m-tiles of O^T */
+    constexpr int KDIMS = HD / 4, VDIMS = HD / 8; /* a thread's run of a K row, of a V row */
+    constexpr int KWORDS = KDIMS * (int)sizeof(KV) / 4, VWORDS = VDIMS * (int)sizeof(KV) / 4;
+    const int part = blockIdx.x, s = p.seq_order ? p.seq_order[blockIdx.z] : blockIdx.z;
+    const int group = p.n_heads / p.n_kv_heads, kvh = blockIdx.y, h0 = kvh * group;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+    const int ctx = p.context_lens[s];
+    const int part_size = max(32, ((ctx + num_parts - 1) / num_parts + 31) / 32 * 32);
+    const int j0 = part * part_size, j1 = min(ctx, j0 + part_size);
+    const int t = p.cu_seqlens_q[s + 1] - 1;
+    const int64_t kv_stride = (int64_t)p.n_kv_heads * HD;
+    const int32_t *table = p.block_tables + (int64_t)s * p.max_blocks_per_seq;
+    const KV *kc = (const KV *)p.k_cache, *vc = (const KV *)p.v_cache;
+    const float qscale = p.scale * 1.44269504088896341f * (F8 ? p.k_scale : 1.0f);
+
+    __shared__ float sm_q[FUSE ? DTC_MAX_GROUP : 1][FUSE ? HD : 1];
+    bool fused = false;
+    if constexpr (FUSE) {
+        fused = t >= 0 && j0 < j1;
+        if (fused) {
+            const int64_t slot = j0 <= ctx - 1 && ctx - 1 < j1 ? p.slots[t] : -1;
+            const int64_t at = slot < 0 ? 0 : slot * kv_stride + (int64_t)kvh * HD;
+            decode_qk_prologue<KV, HD, DTC_MAX_GROUP>(
+                p.q + (int64_t)t * p.ldq, (float)p.positions[t], slot, sm_q, group, p.q_norm,
+                p.k_norm, p.inv_freq, p.eps, HD, h0 * HD, (p.n_heads + kvh) * HD,
+                (p.n_heads + p.n_kv_heads + kvh) * HD, (KV *)p.k_cache + at, (KV *)p.v_cache + at,
+                p.k_scale, p.v_scale);
+        }
+        __syncthreads();
+    }
+    /* Q's A fragments (row g: head h0 + g; rows g + 8 are padding): step ks, dims
+     * KDIMS * t4 + 4 ks + 0..3 */
+    uint32_t qa0[KSTEPS], qa2[KSTEPS];
+    {
+        const bool in = g < group && t >= 0 && (!FUSE || fused);
+        const float *qrow = NULL;
+        if constexpr (FUSE)
+            qrow = sm_q[in ? g : 0];
+        else
+            qrow = p.q + (int64_t)(in ? t : 0) * p.ldq + (int64_t)(h0 + (in ? g : 0)) * HD;
+#pragma unroll
+        for (int ks = 0; ks < KSTEPS; ks++) {
+            float v[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                v[e] = in ? qrow[KDIMS * t4 + 4 * ks + e] * qscale : 0.0f;
+            qa0[ks] = pack2<M>(v[0], v[1]);
+            qa2[ks] = pack2<M>(v[2], v[3]);
+        }
+    }
+    float o[KSTEPS][4];
+#pragma unroll
+    for (int i = 0; i < KSTEPS; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float mrow = -INFINITY, lrow = 0.0f; /* head g's running max (log2 units), this thread's sum */
+
+    __shared__ int32_t sm_tab[DEC_TAB];
+    const int bs = p.block_size;
+    const bool pow2 = (bs & (bs - 1)) == 0;
+    const int bs_shift = __ffs(bs) - 1;
+    for (int cs = j0; cs < j1;) {
+        const int b0 = cs / bs;
+        const int ce = min(j1, (b0 + DEC_TAB) * bs);
+        const int nb = (ce - 1) / bs - b0 + 1;
+        __syncthreads();
+        for (int i = threadIdx.x; i < nb; i += blockDim.x)
+            sm_tab[i] = table[b0 + i];
+        __syncthreads();
+        auto row = [&](int j) -> int64_t { /* key j's row offset in the cache (j < ce) */
+            const int b = pow2 ? j >> bs_shift : j / bs;
+            const int r = pow2 ? j & (bs - 1) : j % bs;
+            return ((int64_t)sm_tab[b - b0] * bs + r) * kv_stride + (int64_t)kvh * HD;
+        };
+        for (int jb = cs + warp * 16; jb < ce; jb += DEC_WARPS * 16) {
+            /* K: keys jb + g and jb + 8 + g, dims KDIMS * t4 ..; V: keys jb + 2 t4 + {0, 1, 8,
+             * 9}, dims VDIMS * g .. (zeros past ce) */
+            uint32_t kw[2][KWORDS], vw[4][VWORDS];
+#pragma unroll
+            for (int n = 0; n < 2; n++) {
+                const int j = jb + 8 * n + g;
+                if (j < ce)
+                    load_words<KWORDS>(kc + row(j) + KDIMS * t4, kw[n]);
+                else
+#pragma unroll
+                    for (int w = 0; w < KWORDS; w++)
+                        kw[n][w] = 0u;
+            }
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+                const int j = jb + 2 * t4 + (n & 1) + (n >> 1) * 8;
+                if (j < ce)
+                    load_words<VWORDS>(vc + row(j) + VDIMS * g, vw[n]);
+                else
+#pragma unroll
+                    for (int w = 0; w < VWORDS; w++)
+                        vw[n][w] = 0u;
+            }
+            /* S: sc[n][0..1] = head g's scores for keys jb + 8 n + 2 t4 + 0..1 */
+            float sc[2][4];
+#pragma unroll
+            for (int n = 0; n < 2; n++) {
+                sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll
+                for (int ks = 0; ks < KSTEPS; ks++) {
+                    uint32_t b0w, b1w;
+                    if constexpr (F8) {
+                        b0w = e4m3x2_h2(kw[n][ks]);
+                        b1w = e4m3x2_h2(kw[n][ks] >> 16);
+                    } else {
+                        b0w = kw[n][2 * ks];
+                        b1w = kw[n][2 * ks + 1];
+                    }
+                    const uint32_t a[4] = {qa0[ks], 0u, qa2[ks], 0u};
+                    mma16816<M>(sc[n], a, b0w, b1w);
+                }
+            }
+            float tmax = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    if (jb + 8 * n + 2 * t4 + e >= ce) sc[n][e] = -INFINITY;
+                    tmax = fmaxf(tmax, sc[n][e]);
+                }
+            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+            const float mn = fmaxf(mrow, tmax);
+            const bool none = mn == -INFINITY;
+            const float corr = none ? 1.0f : exp2f(mrow - mn);
+            float pr[2][2];
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    pr[n][e] = none ? 0.0f : exp2f(sc[n][e] - mn);
+            lrow = lrow * corr + (pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]);
+            mrow = mn;
+            /* O^T's columns are heads 2 t4, 2 t4 + 1: their factors from lanes 8 t4, 8 t4 + 4 */
+            const float c0 = __shfl_sync(0xffffffffu, corr, 8 * t4),
+                        c1 = __shfl_sync(0xffffffffu, corr, 8 * t4 + 4);
+            const uint32_t pb0 = pack2<M>(pr[0][0], pr[0][1]), pb1 = pack2<M>(pr[1][0], pr[1][1]);
+#pragma unroll
+            for (int i = 0; i < KSTEPS; i++) {
+                /* m-tile i: rows g / g + 8 are dims VDIMS g + 2 i / + 1 */
+                uint32_t a[4];
+                if constexpr (F8) {
+                    const int w = i >> 1;
+                    const uint32_t sel = i & 1 ? 0x7362u : 0x5140u;
+                    const uint32_t lo = byte_perm(vw[0][w], vw[1][w], sel),
+                                   hi = byte_perm(vw[2][w], vw[3][w], sel);
+                    a[0] = e4m3x2_h2(lo), a[1] = e4m3x2_h2(lo >> 16);
+                    a[2] = e4m3x2_h2(hi), a[3] = e4m3x2_h2(hi >> 16);
+                } else {
+                    a[0] = byte_perm(vw[0][i], vw[1][i], 0x5410u);
+                    a[1] = byte_perm(vw[0][i], vw[1][i], 0x7632u);
+                    a[2] = byte_perm(vw[2][i], vw[3][i], 0x5410u);
+                    a[3] = byte_perm(vw[2][i], vw[3][i], 0x7632u);
+                }
+                o[i][0] *= c0, o[i][1] *= c1, o[i][2] *= c0, o[i][3] *= c1;
+                mma16816<M>(o[i], a, pb0, pb1);
+            }
+        }
+        cs = ce;
+    }
+    lrow += __shfl_xor_sync(0xffffffffu, lrow, 1);
+    lrow += __shfl_xor_sync(0xffffffffu, lrow, 2);
+    /* merge the warps: head h's state, element d */
+    __shared__ float sm_m[DEC_WARPS][DTC_MAX_GROUP], sm_l[DEC_WARPS][DTC_MAX_GROUP];
+    __shared__ float sm_acc[DEC_WARPS][DTC_MAX_GROUP][HD];
+    if (t4 == 0 && g < group) sm_m[warp][g] = mrow, sm_l[warp][g] = lrow;
+#pragma unroll
+    for (int i = 0; i < KSTEPS; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int h = 2 * t4 + (e & 1), d = VDIMS * g + 2 * i + (e >> 1);
+            if (h < group) sm_acc[warp][h][d] = o[i][e];
+        }
+    __syncthreads();
+    const float vs = F8 ? p.v_scale : 1.0f;
+    for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
+        const int h = i / HD, d = i % HD;
+        float Mx = -INFINITY;
+        for (int w = 0; w < DEC_WARPS; w++)
+            Mx = fmaxf(Mx, sm_m[w][h]);
+        float L = 0.0f, A = 0.0f;
+        if (Mx != -INFINITY)
+            for (int w = 0; w < DEC_WARPS; w++) {
+                const float f = exp2f(sm_m[w][h] - Mx);
+                L += sm_l[w][h] * f;
+                A += sm_acc[w][h][d] * f;
+            }
+        A *= vs;
+        const int head = h0 + h;
+        if (num_parts == 1) {
+            if (t >= 0)
+                store_out(p.out, p.adt, (int64_t)t * p.n_heads * HD + (int64_t)head * HD + d,
+                          L > 0.0f ? A / L : 0.0f);
+        } else {
+            const int64_t r = ((int64_t)s * p.n_heads + head) * num_parts + part;
+            float *ml = ws, *wacc = ws + (int64_t)p.num_seqs * p.n_heads * num_parts * 2;
+            if (d == 0) ml[2 * r] = Mx, ml[2 * r + 1] = L;
+            wacc[r * HD + d] = A;
+        }
+    }
+}
+
+template <typename KV, int HD>
+static void launch_decode_tc(const AttentionParams &p, int num_parts, float *ws,
+                             cudaStream_t stream) {
+    dim3 grid(num_parts, p.n_kv_heads, p.num_seqs);
+    if (p.positions)
+        pdl_launch(attention_decode_tc_kernel<KV, HD, true>, grid, DEC_WARPS * 32, 0, stream, p,
+                   num_parts, ws);
+    else
+        pdl_launch(attention_decode_tc_kernel<KV, HD, false>, grid, DEC_WARPS * 32, 0, stream, p,
+                   num_parts, ws);
+}
+
+static int decode_tc_launch(const AttentionParams *p, int num_parts, float *ws,
+                            cudaStream_t stream) {
+    if (p->kvdt == DTYPE_BF16) {
+        if (p->hd == 128) launch_decode_tc<__nv_bfloat16, 128>(*p, num_parts, ws, stream);
+        else launch_decode_tc<__nv_bfloat16, 64>(*p, num_parts, ws, stream);
+    } else if (p->kvdt == DTYPE_F16) {
+        if (p->hd == 128) launch_decode_tc<__half, 128>(*p, num_parts, ws, stream);
+        else launch_decode_tc<__half, 64>(*p, num_parts, ws, stream);
+    } else {
+        if (p->hd == 128) launch_decode_tc<__nv_fp8_e4m3, 128>(*p, num_parts, ws, stream);
+        else launch_decode_tc<__nv_fp8_e4m3, 64>(*p, num_parts, ws, stream);
+    }
     return 0;
 }

@@ -144,8 +144,9 @@ typedef struct {
     int silu_pair;    /* one-token steps: the gate/up GEMV applies SiLU (fusion "silu"; only
                        * where gemv.cu takes the shapes and its grid is one wave:
                        * gemv_silu_pair_one_wave; set by alloc_workspace) */
-    int fuse_qk;      /* decode steps of at most FUSE_QK_MAX_SEQS sequences: the attention
-                       * kernel norms, rotates and stores the raw qkv rows itself (fusion "qk";
+    int fuse_qk;      /* decode steps of at most FUSE_QK_MAX_SEQS sequences (any number with
+                       * GQA groups up to FUSE_QK_ANY_GROUP): the attention kernel norms,
+                       * rotates and stores the raw qkv rows itself (fusion "qk";
                        * AttentionParams.positions) */
     uint64_t *order_keys; /* [Smax] host scratch of stage_order */
     int64_t *h_slots;
@@ -407,7 +408,8 @@ out:
     return rc;
 }
 
-#define FUSE_QK_MAX_SEQS 16
+#define FUSE_QK_MAX_SEQS 16 /* decode steps the qk fusion takes at any GQA group size */
+#define FUSE_QK_ANY_GROUP 2 /* GQA groups (query heads per kv head) it takes at any batch */
 
 /* Whether the fusion named `name` is on: CVLLM_CUDA_FUSE unset or 1: every one; 0: none; else a
  * comma-separated list of the ones on ("silu": the gate/up GEMV with SiLU at one token; "qk": the
@@ -859,9 +861,12 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
     const int pair = T == 1 && c->silu_pair;
     /* at most FUSE_QK_MAX_SEQS sequences: there the separate launch is a latency of its own
      * (batch-1 decode +1.3%); at large batches each attention block's prologue delays its K/V
-     * stream instead (qwen3-8b, 4 query heads a block, default workload: 5,735 fused vs 5,844
-     * tok/s; H200, 2026-11-23) */
-    const int fuse_qk = m->decode && c->fuse_qk && m->S <= FUSE_QK_MAX_SEQS;
+     * stream instead where a block has 4 query heads (qwen3-8b, default workload: 5,735 fused
+     * vs 5,844 tok/s), but not with up to 2 (GQA groups of 1 or 2: a warp a head, one round;
+     * qwen3-0.6b's default workload 21,707 / 21,688 fused vs 21,546 / 21,559; H200,
+     * 2026-11-23) */
+    const int fuse_qk = m->decode && c->fuse_qk &&
+                        (m->S <= FUSE_QK_MAX_SEQS || c->heads / c->kvh <= FUSE_QK_ANY_GROUP);
     if (fuse_qk) {
         ap.positions = c->d_pos;
         ap.slots = c->d_slots;

@@ -164,6 +164,10 @@ int attention_cuda_supported(int hd);
  * CPU: attention_cpu (the scalar attention_task). */
 size_t attention_decode_ws_bytes(int num_seqs, int n_heads, int hd, int num_parts);
 int attention_decode_num_parts(const AttentionParams *p, int num_sms);
+/* Whether attention_decode_cuda takes the tensor-core kernel for p's shapes (bf16 / f16 / fp8
+ * cache, head_dim 64 or 128, GQA groups up to 8; CVLLM_CUDA_DEC_TC=0: never): q and the softmax
+ * weights rounded to 16 bits (about 1e-2 of the output's range for bf16, 2e-3 otherwise). */
+int attention_decode_uses_tc(const AttentionParams *p);
 int attention_decode_cuda(const AttentionParams *p, int num_parts, void *d_ws, cudaStream_t stream);
 /* The backend's seq_order (host code, backend_cuda.c): the S lanes by context length, longest
  * first (ties: lower index first), so that the blocks that start last, when the GPU runs out of
