@@ -153,63 +153,72 @@ static int bench_attention(int num_sms, cudaStream_t st) {
     int32_t *order;
     BCHECK(cudaMalloc((void **)&order, Bmax * 4));
     cudaMemcpy(tables, ht, (size_t)Bmax * (Cmax / bs) * 4, cudaMemcpyHostToDevice);
-    printf("decode attention (16 heads / 8 kv heads, head_dim 128, bf16 cache, block 16): ms, GB/s "
-           "of K+V (context: each sequence's, or the mean of mixed ones)\n");
     /* C = 0: mixed contexts, 100 .. 8191 keys (256 sequences: 100 .. 2047, bench.py's spread; a
      * batch in flight, where a long context whose blocks start late is the tail) */
     const int Bs[] = {1, 16, 64, 256}, Cs[] = {512, 2048, 8192, 0};
-    for (int bi = 0; bi < 4; bi++)
-        for (int ci = 0; ci < 4; ci++) {
-            const int B = Bs[bi];
-            if ((!Cs[ci] && B == 1) || (B == 256 && Cs[ci] > 512)) continue;
-            const int span = B == 256 ? 1948 : 8092;
-            int64_t keys = 0;
-            for (int i = 0; i <= B; i++)
-                hcu[i] = i;
-            for (int i = 0; i < B; i++)
-                keys += hctx[i] = Cs[ci] ? Cs[ci] : 100 + (int)(((int64_t)i * 2654435761u) % span);
-            const int C = (int)(keys / B); /* the mean */
-            int maxc = 0;
-            for (int i = 0; i < B; i++)
-                maxc = hctx[i] > maxc ? hctx[i] : maxc;
-            cudaMemcpy(cu, hcu, (B + 1) * 4, cudaMemcpyHostToDevice);
-            cudaMemcpy(ctx, hctx, B * 4, cudaMemcpyHostToDevice);
-            AttnCtx a = {.p = {.q = q,
-                               .ldq = (nh + 2 * nkv) * hd,
-                               .out = out,
-                               .adt = DTYPE_BF16,
-                               .k_cache = k,
-                               .v_cache = v,
-                               .kvdt = DTYPE_BF16,
-                               .n_heads = nh,
-                               .n_kv_heads = nkv,
-                               .hd = hd,
-                               .block_size = bs,
-                               .scale = 0.088f,
-                               .num_seqs = B,
-                               .cu_seqlens_q = cu,
-                               .context_lens = ctx,
-                               .block_tables = tables,
-                               .max_blocks_per_seq = Cmax / bs,
-                               .max_seqlen_q = 1,
-                               .max_seqlen_k = maxc},
-                         .decode = 1,
-                         .ws = ws};
-            a.parts = attention_decode_num_parts(&a.p, num_sms);
-            float ms = time_ms(attn_launch, &a, st, 20);
-            printf("  B %3d  context %5d  parts %2d  %8.4f ms  %7.0f GB/s\n", B, C, a.parts, ms,
-                   2.0 * B * C * nkv * hd * 2 / (ms * 1e6));
-            if (!Cs[ci]) { /* mixed: the backend's launch order, longest context first */
-                int32_t ord[Bmax];
-                uint64_t keys[Bmax];
-                attention_decode_order(hctx, B, keys, ord);
-                cudaMemcpy(order, ord, B * 4, cudaMemcpyHostToDevice);
-                a.p.seq_order = order;
-                ms = time_ms(attn_launch, &a, st, 20);
-                printf("  B %3d  context %5d  parts %2d  %8.4f ms  %7.0f GB/s  longest first\n", B,
-                       C, a.parts, ms, 2.0 * B * C * nkv * hd * 2 / (ms * 1e6));
+    for (int f8 = 0; f8 < 2; f8++) { /* the bf16 cache, then the same bytes read as fp8 */
+        const int es = f8 ? 1 : 2;
+        printf(
+            "decode attention (16 heads / 8 kv heads, head_dim 128, %s cache, block 16): ms, GB/s "
+            "of K+V (context: each sequence's, or the mean of mixed ones)\n",
+            f8 ? "fp8 e4m3" : "bf16");
+        for (int bi = 0; bi < 4; bi++)
+            for (int ci = 0; ci < 4; ci++) {
+                const int B = Bs[bi];
+                if ((!Cs[ci] && B == 1) || (B == 256 && Cs[ci] > 512)) continue;
+                const int span = B == 256 ? 1948 : 8092;
+                int64_t keys = 0;
+                for (int i = 0; i <= B; i++)
+                    hcu[i] = i;
+                for (int i = 0; i < B; i++)
+                    keys += hctx[i] =
+                        Cs[ci] ? Cs[ci] : 100 + (int)(((int64_t)i * 2654435761u) % span);
+                const int C = (int)(keys / B); /* the mean */
+                int maxc = 0;
+                for (int i = 0; i < B; i++)
+                    maxc = hctx[i] > maxc ? hctx[i] : maxc;
+                cudaMemcpy(cu, hcu, (B + 1) * 4, cudaMemcpyHostToDevice);
+                cudaMemcpy(ctx, hctx, B * 4, cudaMemcpyHostToDevice);
+                AttnCtx a = {.p = {.q = q,
+                                   .ldq = (nh + 2 * nkv) * hd,
+                                   .out = out,
+                                   .adt = DTYPE_BF16,
+                                   .k_cache = k,
+                                   .v_cache = v,
+                                   .kvdt = f8 ? DTYPE_FP8_E4M3 : DTYPE_BF16,
+                                   .k_scale = 1.0f,
+                                   .v_scale = 1.0f,
+                                   .n_heads = nh,
+                                   .n_kv_heads = nkv,
+                                   .hd = hd,
+                                   .block_size = bs,
+                                   .scale = 0.088f,
+                                   .num_seqs = B,
+                                   .cu_seqlens_q = cu,
+                                   .context_lens = ctx,
+                                   .block_tables = tables,
+                                   .max_blocks_per_seq = Cmax / bs,
+                                   .max_seqlen_q = 1,
+                                   .max_seqlen_k = maxc},
+                             .decode = 1,
+                             .ws = ws};
+                a.parts = attention_decode_num_parts(&a.p, num_sms);
+                float ms = time_ms(attn_launch, &a, st, 20);
+                printf("  B %3d  context %5d  parts %2d  %8.4f ms  %7.0f GB/s\n", B, C, a.parts, ms,
+                       2.0 * B * C * nkv * hd * es / (ms * 1e6));
+                if (!Cs[ci]) { /* mixed: the backend's launch order, longest context first */
+                    int32_t ord[Bmax];
+                    uint64_t keys[Bmax];
+                    attention_decode_order(hctx, B, keys, ord);
+                    cudaMemcpy(order, ord, B * 4, cudaMemcpyHostToDevice);
+                    a.p.seq_order = order;
+                    ms = time_ms(attn_launch, &a, st, 20);
+                    printf("  B %3d  context %5d  parts %2d  %8.4f ms  %7.0f GB/s  longest first\n",
+                           B, C, a.parts, ms, 2.0 * B * C * nkv * hd * es / (ms * 1e6));
+                    a.p.seq_order = NULL;
+                }
             }
-        }
+    }
     printf("prefill attention (one sequence, causal, same heads): ms, TFLOP/s\n");
     const int Ps[] = {512, 2048, 8192};
     for (int pi = 0; pi < 3; pi++) {
@@ -429,7 +438,7 @@ static int bench_sampler(cudaStream_t st) {
                                           .draw_index = (uint64_t)i};
             BCHECK(cudaMemcpy(rows, hr, m * sizeof *hr, cudaMemcpyHostToDevice));
             for (int kind = 0; kind < (m <= 16 ? 2 : 1); kind++) {
-                SamplerCtx c = {logits, rows, ids, tok, lp, top, tlp, scratch, m, V,
+                SamplerCtx c = {logits,          rows, ids, tok, lp, top, tlp, scratch, m, V,
                                 kind ? hr : NULL};
                 float ms = time_ms(sampler_launch, &c, st, 20);
                 printf("  rows %3d  temperature %.1f  %-7s %8.4f ms  %7.0f GB/s of logits read "
