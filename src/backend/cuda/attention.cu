@@ -132,6 +132,45 @@ __device__ __noinline__ void decode_qk_prologue(const float *row, float pos, int
     }
 }
 
+/* The end of both decode kernels: the warps' (max, sum, accumulator) states of the block's nh
+ * query heads from h0 (sm_m, sm_l [DEC_WARPS][QH], sm_acc [DEC_WARPS][QH][HD], hd elements of each
+ * in use) merged, the accumulator times out_scale, and written: token t's output row (nothing
+ * if t < 0) when the context is one partition, else partition part's state in ws for the merge
+ * kernel. */
+template <int QH, int HD>
+__device__ __forceinline__ void decode_merge_store(const AttentionParams &p,
+                                                   const float (*sm_m)[QH],
+                                                   const float (*sm_l)[QH],
+                                                   const float (*sm_acc)[QH][HD], int nh, int hd,
+                                                   int h0, int t, int s, int part, int num_parts,
+                                                   float *ws, float out_scale) {
+    for (int i = threadIdx.x; i < nh * hd; i += blockDim.x) {
+        const int h = i / hd, d = i % hd;
+        float M = -INFINITY;
+        for (int w = 0; w < DEC_WARPS; w++)
+            M = fmaxf(M, sm_m[w][h]);
+        float L = 0.0f, A = 0.0f;
+        if (M != -INFINITY)
+            for (int w = 0; w < DEC_WARPS; w++) {
+                const float f = exp2f(sm_m[w][h] - M);
+                L += sm_l[w][h] * f;
+                A += sm_acc[w][h][d] * f;
+            }
+        A *= out_scale;
+        const int head = h0 + h;
+        if (num_parts == 1) {
+            if (t >= 0)
+                store_out(p.out, p.adt, (int64_t)t * p.n_heads * hd + (int64_t)head * hd + d,
+                          L > 0.0f ? A / L : 0.0f);
+        } else {
+            const int64_t r = ((int64_t)s * p.n_heads + head) * num_parts + part;
+            float *ml = ws, *wacc = ws + (int64_t)p.num_seqs * p.n_heads * num_parts * 2;
+            if (d == 0) ml[2 * r] = M, ml[2 * r + 1] = L;
+            wacc[r * hd + d] = A;
+        }
+    }
+}
+
 /* MINB: the blocks per SM the registers are limited for (1: the compiler's choice, 146 registers
  * at QH 2 and head_dim 128, 3 blocks an SM; 4: at most 128 registers) */
 template <typename C, int HD, int QH, int MINB, bool FUSE>
@@ -376,30 +415,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
         }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < nh * hd; i += blockDim.x) {
-        const int h = i / hd, d = i % hd;
-        float M = -INFINITY;
-        for (int w = 0; w < DEC_WARPS; w++)
-            M = fmaxf(M, sm_m[w][h]);
-        float L = 0.0f, A = 0.0f;
-        if (M != -INFINITY)
-            for (int w = 0; w < DEC_WARPS; w++) {
-                const float f = exp2f(sm_m[w][h] - M);
-                L += sm_l[w][h] * f;
-                A += sm_acc[w][h][d] * f;
-            }
-        const int head = h0 + h;
-        if (num_parts == 1) {
-            if (t >= 0)
-                store_out(p.out, p.adt, (int64_t)t * p.n_heads * hd + (int64_t)head * hd + d,
-                          L > 0.0f ? A / L : 0.0f);
-        } else {
-            const int64_t r = ((int64_t)s * p.n_heads + head) * num_parts + part;
-            float *ml = ws, *wacc = ws + (int64_t)p.num_seqs * p.n_heads * num_parts * 2;
-            if (d == 0) ml[2 * r] = M, ml[2 * r + 1] = L;
-            wacc[r * hd + d] = A;
-        }
-    }
+    decode_merge_store<QH, HD>(p, sm_m, sm_l, sm_acc, nh, hd, h0, t, s, part, num_parts, ws, 1.0f);
 }
 
 /* Merges the partitions of each (sequence, query head): a block per pair, a thread per element.
@@ -457,6 +473,14 @@ extern "C" int attention_cuda_supported(int hd) {
 extern "C" size_t attention_decode_ws_bytes(int num_seqs, int n_heads, int hd, int num_parts) {
     if (num_parts <= 1) return 0;
     return (size_t)num_seqs * n_heads * num_parts * (hd + 2) * sizeof(float);
+}
+
+/* The blocks an SM holds of the tensor-core decode kernel (its __launch_bounds__): 3 (166
+ * registers at bf16 / head_dim 128, no spills) or, for an fp8 cache at head_dim 128, 4 (128
+ * registers, 8 bytes spilled: its default workload 3.5% faster, the bf16 one's 4% slower at 4;
+ * H200, 2026-11-23). */
+static __host__ __device__ constexpr int dtc_blocks_per_sm(bool fp8, int hd) {
+    return fp8 && hd == 128 ? 4 : 3;
 }
 
 /* The tensor-core decode kernel (below) takes these shapes unless CVLLM_CUDA_DEC_TC=0. */
@@ -1114,9 +1138,7 @@ template <int N> __device__ __forceinline__ void load_words(const void *p, uint3
     }
 }
 
-/* MINB: the blocks per SM the registers are limited for (3: 166 registers at bf16 / head_dim 128,
- * no spills; 4: 128, which spill 56 bytes there but 8 with an fp8 cache, whose default workload
- * it made 3.5% faster while the bf16 one lost 4%: H200, 2026-11-23) */
+/* MINB: the blocks per SM the registers are limited for (dtc_blocks_per_sm) */
 template <typename KV, int HD, bool FUSE, int MINB>
 __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     attention_decode_tc_kernel(AttentionParams p, int num_parts, float *ws) {
@@ -1302,38 +1324,15 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
             if (h < group) sm_acc[warp][h][d] = o[i][e];
         }
     __syncthreads();
-    const float vs = F8 ? p.v_scale : 1.0f;
-    for (int i = threadIdx.x; i < group * HD; i += blockDim.x) {
-        const int h = i / HD, d = i % HD;
-        float Mx = -INFINITY;
-        for (int w = 0; w < DEC_WARPS; w++)
-            Mx = fmaxf(Mx, sm_m[w][h]);
-        float L = 0.0f, A = 0.0f;
-        if (Mx != -INFINITY)
-            for (int w = 0; w < DEC_WARPS; w++) {
-                const float f = exp2f(sm_m[w][h] - Mx);
-                L += sm_l[w][h] * f;
-                A += sm_acc[w][h][d] * f;
-            }
-        A *= vs;
-        const int head = h0 + h;
-        if (num_parts == 1) {
-            if (t >= 0)
-                store_out(p.out, p.adt, (int64_t)t * p.n_heads * HD + (int64_t)head * HD + d,
-                          L > 0.0f ? A / L : 0.0f);
-        } else {
-            const int64_t r = ((int64_t)s * p.n_heads + head) * num_parts + part;
-            float *ml = ws, *wacc = ws + (int64_t)p.num_seqs * p.n_heads * num_parts * 2;
-            if (d == 0) ml[2 * r] = Mx, ml[2 * r + 1] = L;
-            wacc[r * HD + d] = A;
-        }
-    }
+    /* an fp8 cache's v_scale, left out of the products, applies to the output */
+    decode_merge_store<DTC_MAX_GROUP, HD>(p, sm_m, sm_l, sm_acc, group, HD, h0, t, s, part,
+                                          num_parts, ws, F8 ? p.v_scale : 1.0f);
 }
 
 template <typename KV, int HD, bool FUSE>
 static void launch_decode_tc_f(const AttentionParams &p, int num_parts, float *ws,
                                cudaStream_t stream) {
-    constexpr int MINB = IsFp8<KV>::value && HD == 128 ? 4 : 3;
+    constexpr int MINB = dtc_blocks_per_sm(IsFp8<KV>::value, HD);
     dim3 grid(num_parts, p.n_kv_heads, p.num_seqs);
     pdl_launch(attention_decode_tc_kernel<KV, HD, FUSE, MINB>, grid, DEC_WARPS * 32, 0, stream, p,
                num_parts, ws);
