@@ -505,9 +505,14 @@ extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms)
     /* blocks per (sequence, kv head): the tensor-core kernel takes the whole group */
     const int chunks = attention_decode_uses_tc(p) ? 1 : (group + qh - 1) / qh;
     const int64_t blocks = (int64_t)p->num_seqs * p->n_kv_heads * chunks;
-    /* four blocks per SM (about what fits): a grid of one or two waves at mid-size batches
-     * leaves SMs idle in its last wave */
-    int want = (int)((4 * (int64_t)num_sms + blocks - 1) / blocks);
+    /* a wave of the blocks an SM holds (the SIMT kernel about 4; the tensor-core one its
+     * register budget, 3 or 4: aiming at 3 rather than 4 gave the bf16 default workload +0.5%,
+     * H200, 2026-11-23): a grid of one or two waves at mid-size batches leaves SMs idle in its
+     * last wave */
+    const int per_sm = chunks == 1 && attention_decode_uses_tc(p)
+                           ? dtc_blocks_per_sm(p->kvdt == DTYPE_FP8_E4M3, p->hd)
+                           : 4;
+    int want = (int)((per_sm * (int64_t)num_sms + blocks - 1) / blocks);
     const int by_ctx = (p->max_seqlen_k + 255) / 256; /* >= 256 keys a part */
     if (want > by_ctx) want = by_ctx;
     /* at most 32: a graph is captured for max_model_len, so short contexts leave most

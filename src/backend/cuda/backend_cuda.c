@@ -436,18 +436,20 @@ static int alloc_workspace(CudaBackend *c) {
     const size_t T = (size_t)c->Tmax, S = (size_t)c->Smax, es = dtype_size(c->adt);
     /* decode attention partitions: S * parts stays below S + 4 * SMs (attention_decode_num_parts
      * gives a sequence more than one partition only while the grid is small) */
-    int parts_max = 1;
-    for (int s = 1; s <= c->Smax; s++) {
-        AttentionParams p = {.n_heads = c->heads,
-                             .n_kv_heads = c->kvh,
-                             .hd = c->hd,
-                             .num_seqs = s,
-                             .max_seqlen_k = c->opt.max_model_len};
-        int parts = attention_decode_num_parts(&p, c->num_sms);
-        size_t b = attention_decode_ws_bytes(s, c->heads, c->hd, parts);
-        if (b > c->attn_ws_bytes) c->attn_ws_bytes = b;
-        if (parts > parts_max) parts_max = parts;
-    }
+    /* the cache's dtype is not known yet: the largest over each kernel's choice */
+    const DType kvdts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_FP8_E4M3};
+    for (int s = 1; s <= c->Smax; s++)
+        for (int d = 0; d < 4; d++) {
+            AttentionParams p = {.n_heads = c->heads,
+                                 .n_kv_heads = c->kvh,
+                                 .hd = c->hd,
+                                 .kvdt = kvdts[d],
+                                 .num_seqs = s,
+                                 .max_seqlen_k = c->opt.max_model_len};
+            int parts = attention_decode_num_parts(&p, c->num_sms);
+            size_t b = attention_decode_ws_bytes(s, c->heads, c->hd, parts);
+            if (b > c->attn_ws_bytes) c->attn_ws_bytes = b;
+        }
     for (int pass = 0; pass < 2; pass++) {
         char *base = c->d_ws;
         size_t off = 0;
@@ -1206,6 +1208,7 @@ static int cuda_warmup(Backend *b) {
         AttentionParams ap = {.n_heads = c->heads,
                               .n_kv_heads = c->kvh,
                               .hd = c->hd,
+                              .kvdt = c->kvdt,
                               .num_seqs = B,
                               .max_seqlen_k = c->opt.max_model_len};
         ModelLaunch m = {.T = B,

@@ -155,24 +155,28 @@ static int bench_attention(int num_sms, cudaStream_t st) {
     cudaMemcpy(tables, ht, (size_t)Bmax * (Cmax / bs) * 4, cudaMemcpyHostToDevice);
     /* C = 0: mixed contexts, 100 .. 8191 keys (256 sequences: 100 .. 2047, bench.py's spread; a
      * batch in flight, where a long context whose blocks start late is the tail) */
-    const int Bs[] = {1, 16, 64, 256}, Cs[] = {512, 2048, 8192, 0};
+    /* C = -1: a batch in the middle of bench.py's run (600 .. 1999 keys), longest first, with
+     * the partitions a decode graph captured for 4096 tokens chooses */
+    const int Bs[] = {1, 16, 32, 64, 128, 256}, Cs[] = {512, 2048, 8192, 0, -1};
     for (int f8 = 0; f8 < 2; f8++) { /* the bf16 cache, then the same bytes read as fp8 */
         const int es = f8 ? 1 : 2;
         printf(
             "decode attention (16 heads / 8 kv heads, head_dim 128, %s cache, block 16): ms, GB/s "
             "of K+V (context: each sequence's, or the mean of mixed ones)\n",
             f8 ? "fp8 e4m3" : "bf16");
-        for (int bi = 0; bi < 4; bi++)
-            for (int ci = 0; ci < 4; ci++) {
-                const int B = Bs[bi];
-                if ((!Cs[ci] && B == 1) || (B == 256 && Cs[ci] > 512)) continue;
-                const int span = B == 256 ? 1948 : 8092;
+        for (int bi = 0; bi < 6; bi++)
+            for (int ci = 0; ci < 5; ci++) {
+                const int B = Bs[bi], mid = Cs[ci] < 0;
+                if ((Cs[ci] <= 0 && B == 1) || (B == 256 && Cs[ci] > 512) ||
+                    ((B == 32 || B == 128) && !mid))
+                    continue;
+                const int span = mid ? 1400 : B == 256 ? 1948 : 8092, c0 = mid ? 600 : 100;
                 int64_t keys = 0;
                 for (int i = 0; i <= B; i++)
                     hcu[i] = i;
                 for (int i = 0; i < B; i++)
                     keys += hctx[i] =
-                        Cs[ci] ? Cs[ci] : 100 + (int)(((int64_t)i * 2654435761u) % span);
+                        Cs[ci] > 0 ? Cs[ci] : c0 + (int)(((int64_t)i * 2654435761u) % span);
                 const int C = (int)(keys / B); /* the mean */
                 int maxc = 0;
                 for (int i = 0; i < B; i++)
@@ -202,11 +206,16 @@ static int bench_attention(int num_sms, cudaStream_t st) {
                                    .max_seqlen_k = maxc},
                              .decode = 1,
                              .ws = ws};
+                if (mid) a.p.max_seqlen_k = 4096;
                 a.parts = attention_decode_num_parts(&a.p, num_sms);
-                float ms = time_ms(attn_launch, &a, st, 20);
-                printf("  B %3d  context %5d  parts %2d  %8.4f ms  %7.0f GB/s\n", B, C, a.parts, ms,
-                       2.0 * B * C * nkv * hd * es / (ms * 1e6));
-                if (!Cs[ci]) { /* mixed: the backend's launch order, longest context first */
+                if (mid) a.p.max_seqlen_k = maxc;
+                float ms = 0;
+                if (!mid) {
+                    ms = time_ms(attn_launch, &a, st, 20);
+                    printf("  B %3d  context %5d  parts %2d  %8.4f ms  %7.0f GB/s\n", B, C,
+                           a.parts, ms, 2.0 * B * C * nkv * hd * es / (ms * 1e6));
+                }
+                if (Cs[ci] <= 0) { /* mixed: the backend's launch order, longest context first */
                     int32_t ord[Bmax];
                     uint64_t keys[Bmax];
                     attention_decode_order(hctx, B, keys, ord);
