@@ -486,10 +486,7 @@ static __host__ __device__ constexpr int dtc_blocks_per_sm(bool fp8, int hd) {
 /* The tensor-core decode kernel (below) takes these shapes unless CVLLM_CUDA_DEC_TC=0. */
 static int decode_tc_on(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("CVLLM_CUDA_DEC_TC");
-        v = !(e && atoi(e) == 0);
-    }
+    if (v < 0) v = cuda_env_flag("CVLLM_CUDA_DEC_TC", 1);
     return v;
 }
 extern "C" int attention_decode_uses_tc(const AttentionParams *p) {
@@ -526,10 +523,7 @@ extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms)
  * 64 x 8192 2.74 -> 3.19 TB/s, the 256 x 562/523 workload +11%, bench.py's +3%. */
 static int dec_occupancy4(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("CVLLM_CUDA_DEC_OCC");
-        v = !(e && atoi(e) == 1);
-    }
+    if (v < 0) v = !cuda_env_flag("CVLLM_CUDA_DEC_OCC", 0);
     return v;
 }
 
@@ -1046,10 +1040,7 @@ static int launch_prefill_tc_hd(const AttentionParams &p, cudaStream_t stream) {
 
 static int force_simt(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("CVLLM_CUDA_ATTN_SIMT");
-        v = e && *e && strcmp(e, "0") != 0;
-    }
+    if (v < 0) v = cuda_env_flag("CVLLM_CUDA_ATTN_SIMT", 0);
     return v;
 }
 

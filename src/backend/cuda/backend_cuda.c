@@ -149,6 +149,7 @@ typedef struct {
                        * rotates and stores the raw qkv rows itself (fusion "qk";
                        * AttentionParams.positions) */
     uint64_t *order_keys; /* [Smax] host scratch of stage_order */
+    unsigned skip;        /* op classes decode steps leave out (1 << PC_*; CVLLM_CUDA_SKIP) */
     int64_t *h_slots;
     /* sampling: rows, id histories, outputs (device + pinned host) */
     CudaSamplingRow *d_rows, *h_rows;
@@ -411,13 +412,8 @@ out:
 #define FUSE_QK_MAX_SEQS 16 /* decode steps the qk fusion takes at any GQA group size */
 #define FUSE_QK_ANY_GROUP 2 /* GQA groups (query heads per kv head) it takes at any batch */
 
-/* Whether the fusion named `name` is on: CVLLM_CUDA_FUSE unset or 1: every one; 0: none; else a
- * comma-separated list of the ones on ("silu": the gate/up GEMV with SiLU at one token; "qk": the
- * q/k norm, rope and K/V store inside the decode attention kernel). */
-static int fusion_on(const char *name) {
-    const char *e = getenv("CVLLM_CUDA_FUSE");
-    if (!e || !*e || strcmp(e, "1") == 0) return 1;
-    if (strcmp(e, "0") == 0) return 0;
+/* Whether the comma-separated list e names `name`. */
+static int list_has(const char *e, const char *name) {
     const size_t n = strlen(name);
     for (const char *p = e; *p;) {
         const char *q = strchr(p, ',');
@@ -428,10 +424,38 @@ static int fusion_on(const char *name) {
     return 0;
 }
 
+/* Whether the fusion named `name` is on: CVLLM_CUDA_FUSE unset or 1: every one; 0: none; else a
+ * comma-separated list of the ones on ("silu": the gate/up GEMV with SiLU at one token; "qk": the
+ * q/k norm, rope and K/V store inside the decode attention kernel). */
+static int fusion_on(const char *name) {
+    const char *e = getenv("CVLLM_CUDA_FUSE");
+    if (!e || !*e || strcmp(e, "1") == 0) return 1;
+    if (strcmp(e, "0") == 0) return 0;
+    return list_has(e, name);
+}
+
+/* CVLLM_CUDA_SKIP (measuring only: the outputs are wrong): a comma-separated list of the op
+ * classes a decode step's layers leave out, "attn" (the attention kernels), "gemm" (the matrix
+ * products) and "other" (norms, activation, bias, rope), so that a graph replay's time can be
+ * split by class: the whole step's less the step's without a class. The number of steps a run
+ * takes does not change (bench throughput ignores end-of-sequence tokens). */
+static unsigned skip_classes(void) {
+    const char *e = getenv("CVLLM_CUDA_SKIP");
+    if (!e || !*e) return 0;
+    const unsigned m = (list_has(e, "attn") ? 1u << PC_ATTN : 0) |
+                       (list_has(e, "gemm") ? 1u << PC_GEMM : 0) |
+                       (list_has(e, "other") ? 1u << PC_OTHER : 0);
+    if (m)
+        fprintf(stderr,
+                "cvllm: cuda: CVLLM_CUDA_SKIP=%s: decode steps leave these ops out; their "
+                "outputs are wrong (measuring only)\n",
+                e);
+    return m;
+}
+
 /* The activation workspace, the step inputs and the sampler's buffers (device and pinned). */
 static int alloc_workspace(CudaBackend *c) {
-    const char *oe = getenv("CVLLM_CUDA_DEC_ORDER");
-    c->order_decode = !(oe && atoi(oe) == 0);
+    c->order_decode = cuda_env_flag("CVLLM_CUDA_DEC_ORDER", 1);
     c->order_keys = xmalloc((size_t)c->Smax * sizeof *c->order_keys);
     const size_t T = (size_t)c->Tmax, S = (size_t)c->Smax, es = dtype_size(c->adt);
     /* decode attention partitions: S * parts stays below S + 4 * SMs (attention_decode_num_parts
@@ -484,6 +508,7 @@ static int alloc_workspace(CudaBackend *c) {
     }
     CUDA_TRY(cudaMemset(c->d_sampler_scratch, 0, sampler_cuda_scratch_bytes(c->Smax, c->V)));
     c->fuse_qk = fusion_on("qk");
+    c->skip = skip_classes();
     c->silu_pair = fusion_on("silu") &&
                    gemv_cuda_supported(c->adt, 1, c->H, c->h, c->layers[0].gu_w) &&
                    gemv_silu_pair_one_wave(c->adt, c->I, c->num_sms);
@@ -702,8 +727,7 @@ static int cuda_create_rank(const ModelConfig *cfg, const ModelWeights *w, const
     snprintf(c->gpu_name, sizeof c->gpu_name, "%s", prop.name);
     c->num_sms = prop.multiProcessorCount;
     c->gpu_total = prop.totalGlobalMem;
-    const char *pe = getenv("CVLLM_CUDA_PROFILE");
-    if (pe && *pe && strcmp(pe, "0") != 0) {
+    if (cuda_env_flag("CVLLM_CUDA_PROFILE", 0)) {
         c->prof.on = 1;
         for (int i = 0; i < PROF_MAX_EVENTS; i++)
             if (cudaEventCreate(&c->prof.ev[i]) != cudaSuccess) {
@@ -836,6 +860,12 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
     const float eps = c->cfg.rms_norm_eps;
     const size_t layer_elems = (size_t)m->num_blocks * c->block_size * c->kvd;
     const size_t kes = dtype_size(c->kvdt);
+    const unsigned skip = m->decode ? c->skip : 0;
+/* an op of class cls, unless a decode step leaves that class out (CVLLM_CUDA_SKIP) */
+#define RUN(cls, call)                                                                             \
+    do {                                                                                           \
+        if (!((skip >> (cls)) & 1u)) TRY(call);                                                   \
+    } while (0)
     PROF(c, PC_OTHER);
     TRY(embedding_cuda(c->x, c->embed, c->adt, c->d_ids, T, H, c->v0, c->Vr, st));
     if (c->tp) TRY(tp_reduce(c, c->x, (size_t)T * H));
@@ -882,14 +912,17 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
         char *kc = (char *)m->kv + (size_t)l * layer_elems * kes;
         char *vc = (char *)m->kv + (size_t)(c->L + l) * layer_elems * kes;
         PROF(c, PC_GEMM);
-        TRY(gemm_cuda(c->gemm, c->qkv, c->qkvd, c->h, cl->qkv_w, c->adt, T, c->qkvd, H, st));
+        RUN(PC_GEMM,
+            gemm_cuda(c->gemm, c->qkv, c->qkvd, c->h, cl->qkv_w, c->adt, T, c->qkvd, H, st));
         PROF(c, PC_OTHER);
-        if (cl->qkv_bias) TRY(add_bias_cuda(c->qkv, c->qkvd, cl->qkv_bias, T, c->qkvd, st));
+        if (cl->qkv_bias)
+            RUN(PC_OTHER, add_bias_cuda(c->qkv, c->qkvd, cl->qkv_bias, T, c->qkvd, st));
         if (fuse_qk) { /* the decode kernel norms, rotates and stores (AttentionParams) */
             ap.q_norm = cl->q_norm;
             ap.k_norm = cl->k_norm;
         } else {
-            TRY(qk_norm_rope_store_cuda(c->qkv, c->qkvd, c->d_pos, c->inv_freq, cl->q_norm,
+            RUN(PC_OTHER,
+                qk_norm_rope_store_cuda(c->qkv, c->qkvd, c->d_pos, c->inv_freq, cl->q_norm,
                                         cl->k_norm, T, c->heads, c->kvh, c->hd, eps, kc, vc,
                                         c->kvdt, 1.0f, 1.0f, c->d_slots, st));
         }
@@ -897,28 +930,31 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
         ap.v_cache = vc;
         PROF(c, PC_ATTN);
         if (m->decode)
-            TRY(attention_decode_cuda(&ap, parts, c->attn_ws, st));
+            RUN(PC_ATTN, attention_decode_cuda(&ap, parts, c->attn_ws, st));
         else
             TRY(attention_prefill_cuda(&ap, st));
         PROF(c, PC_GEMM);
-        TRY(gemm_cuda(c->gemm, c->tmp, H, c->att, cl->o_w, c->adt, T, H, c->qd, st));
+        RUN(PC_GEMM, gemm_cuda(c->gemm, c->tmp, H, c->att, cl->o_w, c->adt, T, H, c->qd, st));
         if (c->tp) TRY(tp_reduce(c, c->tmp, (size_t)T * H)); /* the ranks' partial sums */
         PROF(c, PC_OTHER);
-        if (cl->o_bias) TRY(add_bias_cuda(c->tmp, H, cl->o_bias, T, H, st));
-        TRY(residual_rmsnorm_cuda(c->x, c->tmp, cl->post_norm, c->h, c->adt, T, H, eps, st));
+        if (cl->o_bias) RUN(PC_OTHER, add_bias_cuda(c->tmp, H, cl->o_bias, T, H, st));
+        RUN(PC_OTHER,
+            residual_rmsnorm_cuda(c->x, c->tmp, cl->post_norm, c->h, c->adt, T, H, eps, st));
         PROF(c, PC_GEMM);
         if (pair) { /* one token: gate/up and SiLU in one launch (rows of a rank: its own) */
-            TRY(gemv_silu_pair_cuda(c->g, c->h, cl->gu_w, c->adt, c->I, H, st));
+            RUN(PC_GEMM, gemv_silu_pair_cuda(c->g, c->h, cl->gu_w, c->adt, c->I, H, st));
         } else {
-            TRY(gemm_cuda(c->gemm, c->gu, 2 * c->I, c->h, cl->gu_w, c->adt, T, 2 * c->I, H, st));
+            RUN(PC_GEMM,
+                gemm_cuda(c->gemm, c->gu, 2 * c->I, c->h, cl->gu_w, c->adt, T, 2 * c->I, H, st));
             PROF(c, PC_OTHER);
-            TRY(silu_mul_cuda(c->g, c->adt, c->gu, T, c->I, st));
+            RUN(PC_OTHER, silu_mul_cuda(c->g, c->adt, c->gu, T, c->I, st));
         }
         PROF(c, PC_GEMM);
-        TRY(gemm_cuda(c->gemm, c->tmp, H, c->g, cl->down_w, c->adt, T, H, c->I, st));
+        RUN(PC_GEMM, gemm_cuda(c->gemm, c->tmp, H, c->g, cl->down_w, c->adt, T, H, c->I, st));
         if (c->tp) TRY(tp_reduce(c, c->tmp, (size_t)T * H));
         PROF(c, PC_OTHER);
-        TRY(residual_rmsnorm_cuda(c->x, c->tmp, l + 1 < c->L ? c->layers[l + 1].in_norm : NULL,
+        RUN(PC_OTHER,
+            residual_rmsnorm_cuda(c->x, c->tmp, l + 1 < c->L ? c->layers[l + 1].in_norm : NULL,
                                   l + 1 < c->L ? c->h : NULL, c->adt, T, H, eps, st));
     }
     if (m->num_logits > 0) {
@@ -932,6 +968,7 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
         if (c->tp) TRY(tp_gather_logits(c, m->num_logits));
     }
     return 0;
+#undef RUN
 }
 
 /* ---------------------------------------------------------------- KV cache and warm-up */

@@ -1,9 +1,11 @@
 /* bench_cuda.c: `cvllm bench ops --device cuda [gemm|attention|decode|sampler|all]`: the CUDA
  * backend's own figures on this GPU, timed with CUDA events (median of repeats after a warm-up):
  *   gemm       the qwen3-0.6b products (bf16 in, f32 out, as gemm_cuda routes them: gemv.cu or
- *              cuBLASLt) at T tokens: TFLOP/s, GB/s
- *   attention  paged decode attention (16 heads / 8 kv heads, head_dim 128, bf16 cache) at batch
- *              B over a context of C tokens: GB/s of K/V read; prefill attention of one sequence
+ *              cuBLASLt) at T tokens: TFLOP/s, GB/s; up to 256 tokens also as a decode step runs
+ *              them (in a CUDA graph, weights from memory)
+ *   attention  paged decode attention (16 heads / 8 kv heads, head_dim 128, bf16 and fp8 cache)
+ *              at batch B over a context of C tokens, each sequence its own cache blocks: GB/s of
+ *              K/V read; prefill attention of one sequence
  *   decode     a whole decode step of a synthetic qwen3-0.6b (random bf16 weights, one buffer
  *              shared by every tensor) through the backend itself, with and without CUDA graphs
  *   sampler    sampler_cuda alone on 256, 8 and 1 rows of 151,936 random logits: greedy,
@@ -84,6 +86,48 @@ static int gemm_launch(void *ctx, cudaStream_t st) {
     return gemm_cuda(c->g, c->y, c->N, c->x, c->w, DTYPE_BF16, c->T, c->N, c->K, st);
 }
 
+/* Microseconds a product as a decode step runs it: GEMM_GRAPH products of c's shape captured in
+ * one CUDA graph (no host time between them), product i reading weight slice i % nw of w (nw
+ * slices of N x K apart: weights from memory, not L2, where nw slices outgrow it), the graph's
+ * median replay over the count; -1 if the capture fails. */
+#define GEMM_GRAPH 20
+static float gemm_graph_us(const GemmCtx *c, int nw, cudaStream_t st) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec = NULL;
+    if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return -1;
+    int rc = 0;
+    for (int i = 0; i < GEMM_GRAPH && !rc; i++) {
+        GemmCtx ci = *c;
+        ci.w = (char *)c->w + (size_t)(i % nw) * c->N * c->K * 2;
+        rc = gemm_launch(&ci, st);
+    }
+    if (cudaStreamEndCapture(st, &graph) != cudaSuccess || rc) {
+        cudaGetLastError();
+        return -1;
+    }
+    cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    cudaEvent_t a, b;
+    cudaEventCreate(&a), cudaEventCreate(&b);
+    float t[9];
+    cudaGraphLaunch(exec, st); /* warm */
+    for (int r = 0; r < 9; r++) {
+        cudaEventRecord(a, st);
+        cudaGraphLaunch(exec, st);
+        cudaEventRecord(b, st);
+        cudaEventSynchronize(b);
+        cudaEventElapsedTime(&t[r], a, b);
+    }
+    qsort(t, 9, sizeof(float), cmp_float);
+    cudaEventDestroy(a), cudaEventDestroy(b);
+    cudaGraphExecDestroy(exec);
+    return t[4] * 1000.0f / GEMM_GRAPH;
+}
+
 static int bench_gemm(cudaStream_t st) {
     const int shapes[][2] = {
         {4096, 1024}, {1024, 2048}, {6144, 1024}, {1024, 3072}, {151936, 1024}};
@@ -100,16 +144,26 @@ static int bench_gemm(cudaStream_t st) {
     fill_random_bf16(w, (size_t)151936 * 1024);
     CudaGemm *g;
     BOK(gemm_create(&g, ws, 32 << 20));
-    printf("gemm (bf16 in, f32 accumulate and out; T <= 4: gemv.cu, else cuBLASLt): ms, TFLOP/s, "
-           "GB/s of weights\n");
+    printf("gemm (bf16 in, f32 accumulate and out; T <= 4: gemv.cu, else cuBLASLt): one launch "
+           "between events (its host time included): ms, TFLOP/s, GB/s of weights | %d in a CUDA "
+           "graph, each its own weights (from memory, not L2): us a product, GB/s of weights\n",
+           GEMM_GRAPH);
     for (int si = 0; si < 5; si++)
         for (int ti = 0; ti < 9; ti++) {
             const int T = Ts[ti], N = shapes[si][0], K = shapes[si][1];
             if (si == 4 && T > 2048) continue;
             GemmCtx c = {g, y, x, w, T, N, K};
             float ms = time_ms(gemm_launch, &c, st, 20);
-            printf("  %-8s T %5d  [%6d x %4d]  %8.4f ms  %7.1f TFLOP/s  %7.0f GB/s\n", names[si], T,
+            /* as many weight slices as the buffer holds, up to one a product */
+            int nw = (int)((size_t)151936 * 1024 / ((size_t)N * K));
+            nw = nw > GEMM_GRAPH ? GEMM_GRAPH : nw < 1 ? 1 : nw;
+            const float us = T <= 256 ? gemm_graph_us(&c, nw, st) : -1;
+            printf("  %-8s T %5d  [%6d x %4d]  %8.4f ms  %7.1f TFLOP/s  %7.0f GB/s", names[si], T,
                    N, K, ms, 2.0 * T * N * K / (ms * 1e9), (double)N * K * 2 / (ms * 1e6));
+            if (us > 0)
+                printf(" | graph %7.2f us  %6.0f GB/s\n", us, (double)N * K * 2 / (us * 1e3));
+            else
+                printf("\n");
         }
     gemm_destroy(g);
     cudaFree(ws), cudaFree(x), cudaFree(w), cudaFree(y);
@@ -152,12 +206,34 @@ static int bench_attention(int num_sms, cudaStream_t st) {
     BCHECK(cudaMalloc((void **)&ctx, Bmax * 4));
     int32_t *order;
     BCHECK(cudaMalloc((void **)&order, Bmax * 4));
-    cudaMemcpy(tables, ht, (size_t)Bmax * (Cmax / bs) * 4, cudaMemcpyHostToDevice);
+    int32_t ht0[Cmax / bs]; /* one sequence's table (prefill) */
+    memcpy(ht0, ht, sizeof ht0);
     /* C = 0: mixed contexts, 100 .. 8191 keys (256 sequences: 100 .. 2047, bench.py's spread; a
-     * batch in flight, where a long context whose blocks start late is the tail) */
-    /* C = -1: a batch in the middle of bench.py's run (600 .. 1999 keys), longest first, with
-     * the partitions a decode graph captured for 4096 tokens chooses */
+     * batch in flight, where a long context whose blocks start late is the tail). C = -1: a
+     * batch in the middle of bench.py's run (600 .. 1999 keys), longest first, with the
+     * partitions a decode graph captured for 4096 tokens chooses. Each case fills the tables
+     * itself (below). */
     const int Bs[] = {1, 16, 32, 64, 128, 256}, Cs[] = {512, 2048, 8192, 0, -1};
+    /* what every case shares (a bf16 cache, one query a sequence; the cases set the rest) */
+    const AttentionParams base = {.q = q,
+                                  .ldq = (nh + 2 * nkv) * hd,
+                                  .out = out,
+                                  .adt = DTYPE_BF16,
+                                  .k_cache = k,
+                                  .v_cache = v,
+                                  .kvdt = DTYPE_BF16,
+                                  .k_scale = 1.0f,
+                                  .v_scale = 1.0f,
+                                  .n_heads = nh,
+                                  .n_kv_heads = nkv,
+                                  .hd = hd,
+                                  .block_size = bs,
+                                  .scale = 0.088f,
+                                  .cu_seqlens_q = cu,
+                                  .context_lens = ctx,
+                                  .block_tables = tables,
+                                  .max_blocks_per_seq = Cmax / bs,
+                                  .max_seqlen_q = 1};
     for (int f8 = 0; f8 < 2; f8++) { /* the bf16 cache, then the same bytes read as fp8 */
         const int es = f8 ? 1 : 2;
         printf(
@@ -181,31 +257,21 @@ static int bench_attention(int num_sms, cudaStream_t st) {
                 int maxc = 0;
                 for (int i = 0; i < B; i++)
                     maxc = hctx[i] > maxc ? hctx[i] : maxc;
+                /* every sequence its own cache blocks, scattered (as a real batch's: two
+                 * sequences sharing blocks would read each other's K/V from L2) */
+                const int mb = (maxc + bs - 1) / bs;
+                if ((int64_t)B * mb > nblocks) continue;
+                for (int i = 0; i < B; i++)
+                    for (int j = 0; j < mb; j++)
+                        ht[(size_t)i * (Cmax / bs) + j] =
+                            (int32_t)(((int64_t)(i * mb + j) * 7919) % nblocks);
+                cudaMemcpy(tables, ht, (size_t)B * (Cmax / bs) * 4, cudaMemcpyHostToDevice);
                 cudaMemcpy(cu, hcu, (B + 1) * 4, cudaMemcpyHostToDevice);
                 cudaMemcpy(ctx, hctx, B * 4, cudaMemcpyHostToDevice);
-                AttnCtx a = {.p = {.q = q,
-                                   .ldq = (nh + 2 * nkv) * hd,
-                                   .out = out,
-                                   .adt = DTYPE_BF16,
-                                   .k_cache = k,
-                                   .v_cache = v,
-                                   .kvdt = f8 ? DTYPE_FP8_E4M3 : DTYPE_BF16,
-                                   .k_scale = 1.0f,
-                                   .v_scale = 1.0f,
-                                   .n_heads = nh,
-                                   .n_kv_heads = nkv,
-                                   .hd = hd,
-                                   .block_size = bs,
-                                   .scale = 0.088f,
-                                   .num_seqs = B,
-                                   .cu_seqlens_q = cu,
-                                   .context_lens = ctx,
-                                   .block_tables = tables,
-                                   .max_blocks_per_seq = Cmax / bs,
-                                   .max_seqlen_q = 1,
-                                   .max_seqlen_k = maxc},
-                             .decode = 1,
-                             .ws = ws};
+                AttnCtx a = {.p = base, .decode = 1, .ws = ws};
+                a.p.kvdt = f8 ? DTYPE_FP8_E4M3 : DTYPE_BF16;
+                a.p.num_seqs = B;
+                a.p.max_seqlen_k = maxc;
                 if (mid) a.p.max_seqlen_k = 4096;
                 a.parts = attention_decode_num_parts(&a.p, num_sms);
                 if (mid) a.p.max_seqlen_k = maxc;
@@ -229,32 +295,16 @@ static int bench_attention(int num_sms, cudaStream_t st) {
             }
     }
     printf("prefill attention (one sequence, causal, same heads): ms, TFLOP/s\n");
+    cudaMemcpy(tables, ht0, (size_t)(Cmax / bs) * 4, cudaMemcpyHostToDevice);
     const int Ps[] = {512, 2048, 8192};
     for (int pi = 0; pi < 3; pi++) {
         const int P = Ps[pi];
         hcu[0] = 0, hcu[1] = P, hctx[0] = P;
         cudaMemcpy(cu, hcu, 2 * 4, cudaMemcpyHostToDevice);
         cudaMemcpy(ctx, hctx, 4, cudaMemcpyHostToDevice);
-        AttnCtx a = {.p = {.q = q,
-                           .ldq = (nh + 2 * nkv) * hd,
-                           .out = out,
-                           .adt = DTYPE_BF16,
-                           .k_cache = k,
-                           .v_cache = v,
-                           .kvdt = DTYPE_BF16,
-                           .n_heads = nh,
-                           .n_kv_heads = nkv,
-                           .hd = hd,
-                           .block_size = bs,
-                           .scale = 0.088f,
-                           .num_seqs = 1,
-                           .cu_seqlens_q = cu,
-                           .context_lens = ctx,
-                           .block_tables = tables,
-                           .max_blocks_per_seq = Cmax / bs,
-                           .max_seqlen_q = P,
-                           .max_seqlen_k = P},
-                     .decode = 0};
+        AttnCtx a = {.p = base, .decode = 0};
+        a.p.num_seqs = 1;
+        a.p.max_seqlen_q = a.p.max_seqlen_k = P;
         float ms = time_ms(attn_launch, &a, st, 5);
         printf("  tokens %5d  %8.3f ms  %6.2f TFLOP/s\n", P, ms,
                4.0 * nh * hd * (double)P * P / 2 / (ms * 1e9));

@@ -16,6 +16,7 @@
  *   copy_segments_cuda    <- memcpy of each segment */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/qk_norm_rope.cuh"
@@ -25,12 +26,16 @@ extern "C" int cuda_error(cudaError_t e, const char *file, int line, const char 
                         cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
+extern "C" int cuda_env_flag(const char *name, int dflt) {
+    const char *e = getenv(name);
+    return !e || !*e ? dflt : strcmp(e, "0") != 0;
+}
+
 extern "C" int cuda_pdl_enabled(void) {
     static int v = -1;
     if (v < 0) {
-        const char *e = getenv("CVLLM_CUDA_PDL");
         int dev = 0, major = 0;
-        v = !(e && atoi(e) == 0) && cudaGetDevice(&dev) == cudaSuccess &&
+        v = cuda_env_flag("CVLLM_CUDA_PDL", 1) && cudaGetDevice(&dev) == cudaSuccess &&
             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
             major >= 9;
     }

@@ -37,6 +37,9 @@ extern "C" {
 /* After a launch: the launch's own error (bad configuration, no kernel image). */
 #define CUDA_LAUNCH_TRY() CUDA_TRY(cudaGetLastError())
 int cuda_error(cudaError_t e, const char *file, int line, const char *what);
+/* A switch in the environment: dflt where `name` is unset or empty, 0 where it is "0", else 1.
+ * The CUDA backend's switches for measuring (README) read through it, each once. */
+int cuda_env_flag(const char *name, int dflt);
 
 /* ---------------------------------------------------------------- elementwise (elementwise.cu) */
 
