@@ -987,18 +987,28 @@ static const void *mapped(const CudaBackend *c, const void *h) {
     return c->h_in_dev + ((const char *)h - (const char *)c->h_in);
 }
 
-/* Tables up to this many bytes go with the other inputs in copy_segments_cuda's one launch; more
- * by a copy engine (the kernel reads host memory in 16-byte words over PCIe). */
+/* Tables spanning up to this many bytes go with the other inputs in copy_segments_cuda's one
+ * launch; more by a copy engine (the kernel reads host memory in 16-byte words over PCIe). */
 #define INPUT_TABLES_MAPPED_MAX (16 << 10)
 
 /* Copies the staged inputs of T tokens, S sequences, n logits rows (and the decode order, with
  * order) to the device: by one kernel that reads the pinned buffer where it is mapped (a copy
  * engine's operation costs a few microseconds each, and a step had eight: about 29 us of a
- * batch-1 decode step's 1.1 ms, H200, 2026-11-23), else by cudaMemcpyAsync each. */
+ * batch-1 decode step's 1.1 ms, H200, 2026-11-23), else by cudaMemcpyAsync each. Of the block
+ * tables only the columns in use go: rows are max_model_len / block_size entries apart (2,560 for
+ * qwen3-0.6b's 40,960 at block 16: 2.6 MB a step at 256 sequences, most of it never read) and a
+ * batch uses its longest context's blocks, so larger tables go by one strided copy of those
+ * columns. */
 static int copy_inputs(CudaBackend *c, int T, int S, int n_logits, int order) {
     cudaStream_t st = c->stream;
-    const size_t tab = (size_t)S * c->max_blocks * 4;
-    CopySegments g = {.n = 0}; /* from the pinned buffer; the tables last */
+    int w = 0; /* the table columns in use */
+    for (int s = 0; s < S; s++) {
+        const int nb = (c->h_ctx[s] + c->block_size - 1) / c->block_size;
+        if (nb > w) w = nb;
+    }
+    const size_t pitch = (size_t)c->max_blocks * 4;
+    const size_t span = w > 0 ? (size_t)(S - 1) * pitch + (size_t)w * 4 : 0; /* from row 0's */
+    CopySegments g = {.n = 0}; /* from the pinned buffer */
 #define SEG(d, h, nb) (g.src[g.n] = (h), g.dst[g.n] = (d), g.bytes[g.n++] = (int64_t)(nb))
     SEG(c->d_ids, c->h_ids, (size_t)T * 4);
     SEG(c->d_pos, c->h_pos, (size_t)T * 4);
@@ -1007,14 +1017,18 @@ static int copy_inputs(CudaBackend *c, int T, int S, int n_logits, int order) {
     SEG(c->d_ctx, c->h_ctx, (size_t)S * 4);
     if (n_logits > 0) SEG(c->d_lidx, c->h_lidx, (size_t)n_logits * 4);
     if (order) SEG(c->d_order, c->h_order, (size_t)S * 4);
-    SEG(c->d_tables, c->h_tables, tab);
+    if (span > 0 && c->h_in_dev && span <= INPUT_TABLES_MAPPED_MAX)
+        SEG(c->d_tables, c->h_tables, span);
+    else if (span > 0)
+        CUDA_TRY(cudaMemcpy2DAsync(c->d_tables, pitch, c->h_tables, pitch, (size_t)w * 4,
+                                   (size_t)S, cudaMemcpyHostToDevice, st));
 #undef SEG
-    const int engine = c->h_in_dev ? (tab > INPUT_TABLES_MAPPED_MAX) : g.n; /* by copy engine */
-    for (int i = g.n - engine; i < g.n; i++)
-        CUDA_TRY(cudaMemcpyAsync(g.dst[i], g.src[i], (size_t)g.bytes[i], cudaMemcpyHostToDevice,
-                                 st));
-    g.n -= engine;
-    if (g.n == 0) return 0;
+    if (!c->h_in_dev) { /* no mapping: a copy-engine operation each */
+        for (int i = 0; i < g.n; i++)
+            CUDA_TRY(cudaMemcpyAsync(g.dst[i], g.src[i], (size_t)g.bytes[i],
+                                     cudaMemcpyHostToDevice, st));
+        return 0;
+    }
     for (int i = 0; i < g.n; i++)
         g.src[i] = mapped(c, g.src[i]);
     return copy_segments_cuda(&g, st);
