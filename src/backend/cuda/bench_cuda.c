@@ -353,13 +353,13 @@ static int bench_decode(void) {
         lw->q_proj = T2(qd, H), lw->k_proj = lw->v_proj = T2(kvd, H), lw->o_proj = T2(H, qd);
         lw->gate_proj = lw->up_proj = T2(I, H), lw->down_proj = T2(H, I);
     }
-    const int C = 512, bs = 16, Bs[] = {1, 8, 16, 64, 128};
+    const int C = 512, bs = 16, Bs[] = {1, 8, 16, 64, 128, 256};
     printf("decode step, synthetic qwen3-0.6b (bf16, tied lm_head), context %d, sampling greedy "
            "included: ms per step, tokens/s\n",
            C);
     for (int eager = 0; eager < 2; eager++) {
         BackendOptions o = {.max_num_tokens = 2048,
-                            .max_num_seqs = 128,
+                            .max_num_seqs = 256,
                             .max_model_len = 4096,
                             .block_size = bs,
                             .enforce_eager = eager,
@@ -369,14 +369,14 @@ static int bench_decode(void) {
         Backend *b;
         double t0 = now_seconds();
         BOK(be->create(&cfg, &w, &o, &b));
-        const int nb = 128 * (C / bs + 1);
+        const int nb = 256 * (C / bs + 1);
         KVCacheSpec spec = {.num_blocks = nb, .block_size = bs, .dtype = DTYPE_BF16};
         b->kv_budget_bytes(b);
         BOK(b->init_kv_cache(b, &spec));
         BOK(b->warmup(b));
         printf("  %s: start-up (upload, warm-up, KV, graphs) %.2f s\n", eager ? "eager" : "graphs",
                now_seconds() - t0);
-        for (int bi = 0; bi < 5; bi++) {
+        for (int bi = 0; bi < 6; bi++) {
             const int B = Bs[bi], mb = C / bs + 1;
             int32_t *ids = xcalloc(B, 4), *pos = xmalloc(B * 4), *cu = xmalloc((B + 1) * 4),
                     *ctx = xmalloc(B * 4), *tab = xmalloc((size_t)B * mb * 4), *li = xmalloc(B * 4);
