@@ -497,6 +497,12 @@ extern "C" int attention_decode_uses_tc(const AttentionParams *p) {
 static int decode_tc_launch(const AttentionParams *p, int num_parts, float *ws,
                             cudaStream_t stream);
 
+static int one_wave(void) {
+    static int v = -1;
+    if (v < 0) v = cuda_env_flag("CVLLM_CUDA_DEC_WAVE", 0);
+    return v;
+}
+
 extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms) {
     const int group = p->n_heads / p->n_kv_heads, qh = dec_qh(group);
     /* blocks per (sequence, kv head): the tensor-core kernel takes the whole group */
@@ -509,7 +515,11 @@ extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms)
     const int per_sm = chunks == 1 && attention_decode_uses_tc(p)
                            ? dtc_blocks_per_sm(p->kvdt == DTYPE_FP8_E4M3, p->hd)
                            : 4;
-    int want = (int)((per_sm * (int64_t)num_sms + blocks - 1) / blocks);
+    const int64_t slots = per_sm * (int64_t)num_sms;
+    /* rounded up, the grid is a wave and a little more (at 2..49 sequences of qwen3-0.6b on an
+     * H200, e.g. 416 blocks for 396 places at 4 sequences), whose last blocks start when the
+     * first end; CVLLM_CUDA_DEC_WAVE=1 rounds down, to at most one wave (not yet measured) */
+    int want = (int)(one_wave() ? slots / blocks : (slots + blocks - 1) / blocks);
     const int by_ctx = (p->max_seqlen_k + 255) / 256; /* >= 256 keys a part */
     if (want > by_ctx) want = by_ctx;
     /* at most 32: a graph is captured for max_model_len, so short contexts leave most
