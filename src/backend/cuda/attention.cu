@@ -504,17 +504,16 @@ static int one_wave(void) {
 }
 
 extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms) {
-    const int group = p->n_heads / p->n_kv_heads, qh = dec_qh(group);
+    const int group = p->n_heads / p->n_kv_heads, qh = dec_qh(group),
+              tc = attention_decode_uses_tc(p);
     /* blocks per (sequence, kv head): the tensor-core kernel takes the whole group */
-    const int chunks = attention_decode_uses_tc(p) ? 1 : (group + qh - 1) / qh;
+    const int chunks = tc ? 1 : (group + qh - 1) / qh;
     const int64_t blocks = (int64_t)p->num_seqs * p->n_kv_heads * chunks;
     /* a wave of the blocks an SM holds (the SIMT kernel about 4; the tensor-core one its
      * register budget, 3 or 4: aiming at 3 rather than 4 gave the bf16 default workload +0.5%,
      * H200, 2026-11-23): a grid of one or two waves at mid-size batches leaves SMs idle in its
      * last wave */
-    const int per_sm = chunks == 1 && attention_decode_uses_tc(p)
-                           ? dtc_blocks_per_sm(p->kvdt == DTYPE_FP8_E4M3, p->hd)
-                           : 4;
+    const int per_sm = tc ? dtc_blocks_per_sm(p->kvdt == DTYPE_FP8_E4M3, p->hd) : 4;
     const int64_t slots = per_sm * (int64_t)num_sms;
     /* rounded up, the grid is a wave and a little more (at 2..49 sequences of qwen3-0.6b on an
      * H200, e.g. 416 blocks for 396 places at 4 sequences), whose last blocks start when the

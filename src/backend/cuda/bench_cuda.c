@@ -272,9 +272,9 @@ static int bench_attention(int num_sms, cudaStream_t st) {
                 a.p.kvdt = f8 ? DTYPE_FP8_E4M3 : DTYPE_BF16;
                 a.p.num_seqs = B;
                 a.p.max_seqlen_k = maxc;
-                if (mid) a.p.max_seqlen_k = 4096;
-                a.parts = attention_decode_num_parts(&a.p, num_sms);
-                if (mid) a.p.max_seqlen_k = maxc;
+                AttentionParams graph = a.p; /* mid: as a graph captured for 4096 tokens */
+                if (mid) graph.max_seqlen_k = 4096;
+                a.parts = attention_decode_num_parts(&graph, num_sms);
                 float ms = 0;
                 if (!mid) {
                     ms = time_ms(attn_launch, &a, st, 20);
