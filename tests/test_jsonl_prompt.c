@@ -59,6 +59,13 @@ static void test_fields(void **state) {
     assert_string_equal(q.stops[0], "\n");
     jsonl_prompt_free(&q);
     assert_ptr_equal(q.params.stop_token_ids, cli_stop); /* not ours: left alone */
+
+    /* > 0 but below the smallest float: kept positive, not rounded to a refused 0 (fuzz_jsonl) */
+    JsonlPrompt t = {.params = defaults()};
+    line = "{\"prompt\": \"x\", \"top_p\": 9e-93, \"repetition_penalty\": 1e-300}";
+    assert_int_equal(jsonl_prompt_parse(line, strlen(line), 1, &t), 0);
+    assert_true(t.params.top_p > 0.0f && t.params.repetition_penalty > 0.0f);
+    jsonl_prompt_free(&t);
 }
 
 static void test_refusals(void **state) {

@@ -71,6 +71,12 @@ static void test_completions_prompts(void **state) {
     assert_true(r.stream && r.include_usage);
     assert_true(r.params.repetition_penalty > 1.09f);
     oai_request_free(&r);
+    /* > 0 but below the smallest float: kept positive, not rounded to a refused 0 */
+    assert_int_equal(parse(OAI_COMPLETIONS, "{\"prompt\":\"a\",\"top_p\":9e-93,\"repetition_penalty\":1e-300}",
+                           &r, &e),
+                     0);
+    assert_true(r.params.top_p > 0.0f && r.params.repetition_penalty > 0.0f);
+    oai_request_free(&r);
 }
 
 static void test_request_errors(void **state) {

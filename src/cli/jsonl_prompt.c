@@ -3,6 +3,7 @@
  * message each); the checks below give the same ranges as the command line's options. */
 #include "cli/jsonl_prompt.h"
 
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <string.h>
@@ -112,7 +113,7 @@ static int set_float(JsonlPrompt *p, const char *key, json_t *v, long lineno) {
         if (!(x > 0 && x <= 1))
             return cvllm_errorf(CVLLM_EINVAL, "line %ld: \"top_p\" must be a number in (0, 1], got %g",
                                 lineno, x);
-        p->params.top_p = (float)x;
+        p->params.top_p = fmaxf((float)x, FLT_MIN); /* 1e-50 is > 0 but rounds to 0.0f */
     } else if (!strcmp(key, "presence_penalty") || !strcmp(key, "frequency_penalty")) {
         if (!(x >= -2 && x <= 2))
             return cvllm_errorf(CVLLM_EINVAL, "line %ld: \"%s\" must be a number in [-2, 2], got %g",
@@ -124,7 +125,7 @@ static int set_float(JsonlPrompt *p, const char *key, json_t *v, long lineno) {
             return cvllm_errorf(CVLLM_EINVAL,
                                 "line %ld: \"repetition_penalty\" must be a number > 0, got %g",
                                 lineno, x);
-        p->params.repetition_penalty = (float)x;
+        p->params.repetition_penalty = fmaxf((float)x, FLT_MIN);
     } else { /* min_p */
         if (!(x >= 0 && x <= 1))
             return cvllm_errorf(CVLLM_EINVAL, "line %ld: \"min_p\" must be a number in [0, 1], got %g",

@@ -5,6 +5,7 @@
 
 #include "tokenizer/tokenizer.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -301,7 +302,7 @@ static int parse_common(json_t *root, OaiRequest *r, OaiError *err) {
     if ((rc = get_float(root, "temperature", 0, 1e6, 0, &f, err)) < 0) return -1;
     if (rc) p->temperature = (float)f;
     if ((rc = get_float(root, "top_p", 0, 1, 1, &f, err)) < 0) return -1;
-    if (rc) p->top_p = (float)f;
+    if (rc) p->top_p = fmaxf((float)f, FLT_MIN); /* 1e-50 is > 0 but rounds to 0.0f */
     if ((rc = get_int(root, "top_k", -1, INT32_MAX, &v, err)) < 0) return -1;
     if (rc) p->top_k = (int)v;
     if ((rc = get_float(root, "min_p", 0, 1, 0, &f, err)) < 0) return -1;
@@ -311,7 +312,7 @@ static int parse_common(json_t *root, OaiRequest *r, OaiError *err) {
     if ((rc = get_float(root, "frequency_penalty", -2, 2, 0, &f, err)) < 0) return -1;
     if (rc) p->frequency_penalty = (float)f;
     if ((rc = get_float(root, "repetition_penalty", 0, 1e6, 1, &f, err)) < 0) return -1;
-    if (rc) p->repetition_penalty = (float)f;
+    if (rc) p->repetition_penalty = fmaxf((float)f, FLT_MIN);
     if ((rc = get_int(root, "seed", INT64_MIN, INT64_MAX, &v, err)) < 0) return -1;
     if (rc) p->seed = v < 0 ? (int64_t)((uint64_t)v & INT64_MAX) : v;
     if ((rc = get_int(root, "n", 1, OAI_MAX_CHOICES, &v, err)) < 0) return -1;
