@@ -6,7 +6,8 @@
 # output tokens), skipping the first decode steps' attention launches, then 2 launches profiled
 # with the sections that say what bounds a kernel (speed of light, memory, occupancy, warp
 # stalls). Reports: $OUT/ncu_decode.txt. KERNEL=regex picks another kernel (default
-# attention_decode_kernel); SKIP the launches skipped (default 28 x 30: 30 decode steps).
+# attention_decode_kernel); SKIP the launches skipped (default 28 x 30: 30 decode steps); ARGS
+# replaces the bench's workload arguments; NAME the report's name (default ncu_decode).
 H=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp}
 M=/tmp/qwen3-0.6b
@@ -17,7 +18,7 @@ timeout ${NCU_TIMEOUT:-240} bash "$H/run.sh" "$NCU" --target-processes all \
     --launch-count 2 --section SpeedOfLight --section MemoryWorkloadAnalysis \
     --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SchedulerStats \
-    cvllm bench throughput "$M" --device cuda --enforce-eager --num-seqs 256 --input-len 562 \
-    --output-len 64 >"$OUT/ncu_decode.txt" 2>&1
+    cvllm bench throughput "$M" --device cuda --enforce-eager \
+    ${ARGS:---num-seqs 256 --input-len 562 --output-len 64} >"$OUT/${NAME:-ncu_decode}.txt" 2>&1
 echo "ncu exit $?"
-grep -E "Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Compute \(SM\)|Warp Cycles Per Issued|Stall|Block Limit|One or More|No Eligible|Issued Warp" "$OUT/ncu_decode.txt" | head -60
+grep -E "Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Compute \(SM\)|Warp Cycles Per Issued|Stall|Block Limit|One or More|No Eligible|Issued Warp" "$OUT/${NAME:-ncu_decode}.txt" | head -60

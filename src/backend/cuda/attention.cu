@@ -483,6 +483,35 @@ static __host__ __device__ constexpr int dtc_blocks_per_sm(bool fp8, int hd) {
     return fp8 && hd == 128 ? 4 : 3;
 }
 
+/* The pipelined decode kernel (below): the bytes of one warp's stage, of a block's dynamic shared memory */
+static __host__ __device__ constexpr int dtc_stage_bytes(int kv_bytes, int hd) {
+    return 2 * 16 * hd * kv_bytes;
+}
+static __host__ __device__ constexpr int dtc_smem_bytes(int kv_bytes, int hd, int st) {
+    return st * DEC_WARPS * dtc_stage_bytes(kv_bytes, hd);
+}
+/* The tensor-core decode kernel's shared-memory pipeline, stages a warp: 2 for an fp8 cache, 0
+ * (K and V loaded into registers by each step) for bf16 / f16; CVLLM_CUDA_DEC_ST=0, 2 or 3 sets
+ * it for every dtype. Measured on an H200 (2026-11-23, default workload, output tok/s): fp8
+ * 29,173 / 29,240 in registers, 31,002 / 30,981 with 2 stages, 30,975 / 30,764 with 3; bf16
+ * 23,653 / 23,617 in registers, 22,704 / 22,709 with 2, 19,547 / 19,568 with 3. */
+static int dec_stages(DType kvdt) {
+    static int v = -2;
+    if (v == -2) {
+        const char *e = getenv("CVLLM_CUDA_DEC_ST");
+        v = e && *e ? atoi(e) : -1;
+        if (v != -1 && v != 2 && v != 3) v = 0;
+    }
+    return v >= 0 ? v : kvdt == DTYPE_FP8_E4M3 ? 2 : 0;
+}
+/* the blocks an SM holds of the pipelined kernel: as many as 220 KiB of shared memory hold (each
+ * its stages and about 2 KiB of its own), at most 4 */
+static __host__ __device__ constexpr int dtc_pipe_blocks_per_sm(int kv_bytes, int hd, int st) {
+    return 220 * 1024 / (dtc_smem_bytes(kv_bytes, hd, st) + 2048) > 4
+               ? 4
+               : 220 * 1024 / (dtc_smem_bytes(kv_bytes, hd, st) + 2048);
+}
+
 /* The tensor-core decode kernel (below) takes these shapes unless CVLLM_CUDA_DEC_TC=0. */
 static int decode_tc_on(void) {
     static int v = -1;
@@ -497,11 +526,6 @@ extern "C" int attention_decode_uses_tc(const AttentionParams *p) {
 static int decode_tc_launch(const AttentionParams *p, int num_parts, float *ws,
                             cudaStream_t stream);
 
-static int one_wave(void) {
-    static int v = -1;
-    if (v < 0) v = cuda_env_flag("CVLLM_CUDA_DEC_WAVE", 0);
-    return v;
-}
 
 extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms) {
     const int group = p->n_heads / p->n_kv_heads, qh = dec_qh(group),
@@ -513,12 +537,16 @@ extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms)
      * register budget, 3 or 4: aiming at 3 rather than 4 gave the bf16 default workload +0.5%,
      * H200, 2026-11-23): a grid of one or two waves at mid-size batches leaves SMs idle in its
      * last wave */
-    const int per_sm = tc ? dtc_blocks_per_sm(p->kvdt == DTYPE_FP8_E4M3, p->hd) : 4;
+    const int kvb = p->kvdt == DTYPE_FP8_E4M3 ? 1 : 2;
+    const int st = dec_stages(p->kvdt);
+    const int per_sm = !tc ? 4
+                       : st ? dtc_pipe_blocks_per_sm(kvb, p->hd, st)
+                            : dtc_blocks_per_sm(p->kvdt == DTYPE_FP8_E4M3, p->hd);
     const int64_t slots = per_sm * (int64_t)num_sms;
     /* rounded up, the grid is a wave and a little more (at 2..49 sequences of qwen3-0.6b on an
-     * H200, e.g. 416 blocks for 396 places at 4 sequences), whose last blocks start when the
-     * first end; CVLLM_CUDA_DEC_WAVE=1 rounds down, to at most one wave (not yet measured) */
-    int want = (int)(one_wave() ? slots / blocks : (slots + blocks - 1) / blocks);
+     * H200, e.g. 416 blocks for 396 places at 4 sequences); rounded down to at most one wave it
+     * was no faster (2026-11-23) */
+    int want = (int)((slots + blocks - 1) / blocks);
     const int by_ctx = (p->max_seqlen_k + 255) / 256; /* >= 256 keys a part */
     if (want > by_ctx) want = by_ctx;
     /* at most 32: a graph is captured for max_model_len, so short contexts leave most
@@ -1099,8 +1127,9 @@ extern "C" int attention_prefill_cuda(const AttentionParams *p, cudaStream_t str
  *     head, keys 2t, 2t+1 and 2t+8, 2t+9 of thread t), so it needs no exchange.
  * Neither product cares in which order it sums head_dim, so each thread's K fragment is one
  * contiguous run of a key's row (head_dim / 4 elements: 16-byte loads straight from the cache,
- * no shared memory), and its V fragment a contiguous run of head_dim / 8 elements of each of
- * its four keys, paired across keys with byte permutes (prmt). An fp8 value is converted two at
+ * or, with the pipeline (an fp8 cache), from the warp's shared-memory stage that cp.async filled
+ * while it computed on the one before), and its V fragment a contiguous run of head_dim / 8
+ * elements of each of its four keys, paired across keys with byte permutes (prmt). An fp8 value is converted two at
  * a time (cvt.rn.f16x2.e4m3x2); v_scale is applied to the output. The per-key work of the SIMT
  * kernel (a dot product's FMAs and shuffles, an exp2, head_dim / 8 FMAs a lane a head) becomes
  * a few tensor-core instructions a tile, so the kernel's instruction count per byte falls (the
@@ -1143,8 +1172,38 @@ template <int N> __device__ __forceinline__ void load_words(const void *p, uint3
     }
 }
 
-/* MINB: the blocks per SM the registers are limited for (dtc_blocks_per_sm) */
-template <typename KV, int HD, bool FUSE, int MINB>
+/* The shared-memory pipeline of the decode kernel (ST > 0): each warp has ST stages of its own,
+ * a stage the K rows then the V rows of its 16 keys (16 x RB bytes each, RB = a row's bytes),
+ * filled by cp.async while the warp computes on an earlier stage; ST - 1 stages are in flight.
+ * The 16-byte chunks of a row are swizzled (chunk c of row r stored at dtc_swz) so that the
+ * fragment reads below (K: a thread's KWORDS-word run of a row; V: its VWORDS-word run of four
+ * rows) fall in distinct banks for 8 consecutive lanes. */
+template <int CPR> __device__ __forceinline__ int dtc_swz_k(int r, int c) {
+    if constexpr (CPR == 16) return c ^ (((c >> 3) & 1) << 1) ^ (r & 1);
+    else if constexpr (CPR == 8) return c ^ (r & 1);
+    else return c;
+}
+template <int CPR> __device__ __forceinline__ int dtc_swz_v(int r, int c) {
+    if constexpr (CPR == 16) return c ^ ((r >> 1) & 1) ^ (((r >> 2) & 1) << 2);
+    else if constexpr (CPR == 8) return c ^ (((r >> 1) & 3) << 1);
+    else return c;
+}
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                     (uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* MINB: the blocks per SM the registers are limited for (dtc_blocks_per_sm). ST: 0, K and V
+ * loaded into registers by each step; else the stages of the shared-memory pipeline above. */
+template <typename KV, int HD, bool FUSE, int MINB, int ST>
 __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     attention_decode_tc_kernel(AttentionParams p, int num_parts, float *ws) {
     pdl_wait();
@@ -1224,29 +1283,90 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
             const int r = pow2 ? j & (bs - 1) : j % bs;
             return ((int64_t)sm_tab[b - b0] * bs + r) * kv_stride + (int64_t)kvh * HD;
         };
-        for (int jb = cs + warp * 16; jb < ce; jb += DEC_WARPS * 16) {
+        /* the pipeline (ST > 0): step `it` of this warp (keys jb = cs + warp * 16 + it * 64)
+         * copied into stage it % ST; a step past ce copies nothing but still commits a group,
+         * so that the count of groups is the count of steps */
+        constexpr int RB = HD * (int)sizeof(KV), CPR = RB / 16;
+        char *wst = NULL;
+        auto issue = [&](int it) {
+            const int jb = cs + warp * 16 + it * DEC_WARPS * 16;
+            if (jb < ce) {
+                char *st = wst + (it % (ST > 0 ? ST : 1)) * dtc_stage_bytes(sizeof(KV), HD);
+#pragma unroll
+                for (int i = 0; i < CPR; i++) {
+                    const int q = lane + 32 * i, kv = q / (16 * CPR), r = (q / CPR) % 16,
+                              c = q % CPR;
+                    const int j = jb + r;
+                    const KV *src = (kv ? vc : kc) + (j < ce ? row(j) : 0) + c * (16 / (int)sizeof(KV));
+                    const int at = kv ? 16 * RB + r * RB + dtc_swz_v<CPR>(r, c) * 16
+                                      : r * RB + dtc_swz_k<CPR>(r, c) * 16;
+                    cp_async16(st + at, src, j < ce ? 16 : 0);
+                }
+            }
+            cp_async_commit();
+        };
+        if constexpr (ST > 0) {
+            extern __shared__ uint4 dtc_dsm[];
+            wst = (char *)dtc_dsm + warp * ST * dtc_stage_bytes(sizeof(KV), HD);
+#pragma unroll
+            for (int i = 0; i < ST - 1; i++)
+                issue(i);
+        }
+        int it = 0;
+        for (int jb = cs + warp * 16; jb < ce; jb += DEC_WARPS * 16, it++) {
             /* K: keys jb + g and jb + 8 + g, dims KDIMS * t4 ..; V: keys jb + 2 t4 + {0, 1, 8,
              * 9}, dims VDIMS * g .. (zeros past ce) */
             uint32_t kw[2][KWORDS], vw[4][VWORDS];
+            if constexpr (ST > 0) {
+                issue(it + ST - 1);
+                cp_async_wait<ST - 1>(); /* this thread's copies of step it have landed */
+                __syncwarp();            /* and every lane's */
+                const char *st = wst + (it % ST) * dtc_stage_bytes(sizeof(KV), HD);
+                constexpr int KCH = KWORDS >= 4 ? KWORDS / 4 : 1, VCH = VWORDS >= 4 ? VWORDS / 4 : 1;
 #pragma unroll
-            for (int n = 0; n < 2; n++) {
-                const int j = jb + 8 * n + g;
-                if (j < ce)
-                    load_words<KWORDS>(kc + row(j) + KDIMS * t4, kw[n]);
-                else
+                for (int n = 0; n < 2; n++) {
+                    const int r = 8 * n + g;
 #pragma unroll
-                    for (int w = 0; w < KWORDS; w++)
-                        kw[n][w] = 0u;
-            }
+                    for (int k = 0; k < KCH; k++)
+                        load_words<KWORDS / KCH>(st + r * RB + dtc_swz_k<CPR>(r, t4 * KCH + k) * 16,
+                                                 &kw[n][k * (KWORDS / KCH)]);
+                }
 #pragma unroll
-            for (int n = 0; n < 4; n++) {
-                const int j = jb + 2 * t4 + (n & 1) + (n >> 1) * 8;
-                if (j < ce)
-                    load_words<VWORDS>(vc + row(j) + VDIMS * g, vw[n]);
-                else
+                for (int n = 0; n < 4; n++) {
+                    const int r = 2 * t4 + (n & 1) + (n >> 1) * 8;
+                    if constexpr (VWORDS >= 4) {
 #pragma unroll
-                    for (int w = 0; w < VWORDS; w++)
-                        vw[n][w] = 0u;
+                        for (int k = 0; k < VCH; k++)
+                            load_words<4>(st + 16 * RB + r * RB + dtc_swz_v<CPR>(r, g * VCH + k) * 16,
+                                          &vw[n][k * 4]);
+                    } else { /* 8 bytes: half of chunk g / 2 */
+                        load_words<VWORDS>(st + 16 * RB + r * RB + dtc_swz_v<CPR>(r, g >> 1) * 16 +
+                                               (g & 1) * 8,
+                                           vw[n]);
+                    }
+                }
+                __syncwarp(); /* read before the stage is refilled (issued at step it + 1) */
+            } else {
+#pragma unroll
+                for (int n = 0; n < 2; n++) {
+                    const int j = jb + 8 * n + g;
+                    if (j < ce)
+                        load_words<KWORDS>(kc + row(j) + KDIMS * t4, kw[n]);
+                    else
+#pragma unroll
+                        for (int w = 0; w < KWORDS; w++)
+                            kw[n][w] = 0u;
+                }
+#pragma unroll
+                for (int n = 0; n < 4; n++) {
+                    const int j = jb + 2 * t4 + (n & 1) + (n >> 1) * 8;
+                    if (j < ce)
+                        load_words<VWORDS>(vc + row(j) + VDIMS * g, vw[n]);
+                    else
+#pragma unroll
+                        for (int w = 0; w < VWORDS; w++)
+                            vw[n][w] = 0u;
+                }
             }
             /* S: sc[n][0..1] = head g's scores for keys jb + 8 n + 2 t4 + 0..1 */
             float sc[2][4];
@@ -1313,13 +1433,25 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                 mma16816<M>(o[i], a, pb0, pb1);
             }
         }
+        if constexpr (ST > 0) cp_async_wait<0>(); /* the empty groups past ce */
         cs = ce;
     }
     lrow += __shfl_xor_sync(0xffffffffu, lrow, 1);
     lrow += __shfl_xor_sync(0xffffffffu, lrow, 2);
-    /* merge the warps: head h's state, element d */
+    /* merge the warps: head h's state, element d (with the pipeline, the accumulators go where
+     * the stages were, once every warp is done with its own) */
     __shared__ float sm_m[DEC_WARPS][DTC_MAX_GROUP], sm_l[DEC_WARPS][DTC_MAX_GROUP];
-    __shared__ float sm_acc[DEC_WARPS][DTC_MAX_GROUP][HD];
+    constexpr int AW = ST > 0 ? 1 : DEC_WARPS;
+    __shared__ float sm_acc_s[AW][ST > 0 ? 1 : DTC_MAX_GROUP][ST > 0 ? 1 : HD];
+    float(*sm_acc)[DTC_MAX_GROUP][HD] = (float(*)[DTC_MAX_GROUP][HD])sm_acc_s;
+    if constexpr (ST > 0) {
+        extern __shared__ uint4 dtc_dsm[];
+        static_assert(dtc_smem_bytes(sizeof(KV), HD, ST) >=
+                          DEC_WARPS * DTC_MAX_GROUP * HD * (int)sizeof(float),
+                      "the stages hold the accumulators");
+        sm_acc = (float(*)[DTC_MAX_GROUP][HD])dtc_dsm;
+        __syncthreads();
+    }
     if (t4 == 0 && g < group) sm_m[warp][g] = mrow, sm_l[warp][g] = lrow;
 #pragma unroll
     for (int i = 0; i < KSTEPS; i++)
@@ -1339,16 +1471,37 @@ static void launch_decode_tc_f(const AttentionParams &p, int num_parts, float *w
                                cudaStream_t stream) {
     constexpr int MINB = dtc_blocks_per_sm(IsFp8<KV>::value, HD);
     dim3 grid(num_parts, p.n_kv_heads, p.num_seqs);
-    pdl_launch(attention_decode_tc_kernel<KV, HD, FUSE, MINB>, grid, DEC_WARPS * 32, 0, stream, p,
-               num_parts, ws);
+    pdl_launch(attention_decode_tc_kernel<KV, HD, FUSE, MINB, 0>, grid, DEC_WARPS * 32, 0, stream,
+               p, num_parts, ws);
+}
+/* the pipelined kernel: its blocks an SM as its shared memory allows, at most 4 */
+template <typename KV, int HD, bool FUSE, int ST>
+static void launch_decode_tc_st(const AttentionParams &p, int num_parts, float *ws,
+                                cudaStream_t stream) {
+    constexpr int SMEM = dtc_smem_bytes(sizeof(KV), HD, ST);
+    constexpr int MINB = dtc_pipe_blocks_per_sm(sizeof(KV), HD, ST);
+    auto k = attention_decode_tc_kernel<KV, HD, FUSE, MINB, ST>;
+    static bool init = false; /* once per instance: beyond 48 KiB needs the opt-in */
+    if (!init) {
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+        init = true;
+    }
+    dim3 grid(num_parts, p.n_kv_heads, p.num_seqs);
+    pdl_launch(k, grid, DEC_WARPS * 32, SMEM, stream, p, num_parts, ws);
 }
 template <typename KV, int HD>
 static void launch_decode_tc(const AttentionParams &p, int num_parts, float *ws,
                              cudaStream_t stream) {
-    if (p.positions)
-        launch_decode_tc_f<KV, HD, true>(p, num_parts, ws, stream);
-    else
-        launch_decode_tc_f<KV, HD, false>(p, num_parts, ws, stream);
+    const int st = dec_stages(p.kvdt);
+    if (p.positions) {
+        if (st == 2) launch_decode_tc_st<KV, HD, true, 2>(p, num_parts, ws, stream);
+        else if (st == 3) launch_decode_tc_st<KV, HD, true, 3>(p, num_parts, ws, stream);
+        else launch_decode_tc_f<KV, HD, true>(p, num_parts, ws, stream);
+    } else {
+        if (st == 2) launch_decode_tc_st<KV, HD, false, 2>(p, num_parts, ws, stream);
+        else if (st == 3) launch_decode_tc_st<KV, HD, false, 3>(p, num_parts, ws, stream);
+        else launch_decode_tc_f<KV, HD, false>(p, num_parts, ws, stream);
+    }
 }
 
 static int decode_tc_launch(const AttentionParams *p, int num_parts, float *ws,

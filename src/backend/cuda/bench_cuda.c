@@ -183,6 +183,65 @@ static int attn_launch(void *ctx, cudaStream_t st) {
                      : attention_prefill_cuda(&c->p, st);
 }
 
+/* Does the cache's layout cost bandwidth? The decode kernel at batches from the middle of
+ * bench.py's run (600 .. 1999 keys, bf16), the same bytes three ways: the cache as the backend
+ * lays it out ([block][token][kv head][head_dim]: a kv head's key rows are 256-byte runs 2 KiB
+ * apart), with each sequence's blocks scattered or consecutive; and as 8 times the sequences of
+ * one kv head each (n_kv_heads 1, group 2: a block's rows of a head are one 4 KiB run, the layout
+ * [block][kv head][token][head_dim] would give). `tokens`: the cache's capacity in token rows of
+ * every kv head. */
+static void bench_attention_layout(const AttentionParams *base, void *k, void *v, void *ws,
+                                   int64_t tokens, int num_sms, cudaStream_t st) {
+    const int nkv = base->n_kv_heads, hd = base->hd, bs = base->block_size, Bmax = 256;
+    const int mbs = 2048 / bs; /* table columns: contexts < 2000 */
+    int32_t *dt, *dcu, *dctx;
+    const size_t nseq = (size_t)Bmax * nkv;
+    int32_t *ht = xmalloc(nseq * mbs * 4), *hcu = xmalloc((nseq + 1) * 4), *hctx = xmalloc(nseq * 4);
+    if (cudaMalloc((void **)&dt, nseq * mbs * 4) || cudaMalloc((void **)&dcu, (nseq + 1) * 4) ||
+        cudaMalloc((void **)&dctx, nseq * 4)) {
+        printf("layout probe: out of memory\n");
+        return;
+    }
+    printf("decode attention, the cache's layout (bf16, contexts 600 .. 1999, one partition):\n");
+    const int Bs[] = {64, 256};
+    for (int bi = 0; bi < 2; bi++)
+        for (int mode = 0; mode < 3; mode++) {
+            /* mode 0: as laid out, blocks scattered; 1: consecutive; 2: one kv head a sequence */
+            const int B = Bs[bi], per = mode == 2 ? nkv : 1, ns = B * per;
+            const int64_t nblocks = tokens / bs / (mode == 2 ? 1 : nkv); /* blocks of this view */
+            int64_t keys = 0;
+            for (int i = 0; i < B; i++) {
+                const int c = 600 + (int)(((int64_t)i * 2654435761u) % 1400);
+                for (int h = 0; h < per; h++)
+                    hctx[i * per + h] = c;
+                keys += c;
+            }
+            for (int i = 0; i <= ns; i++)
+                hcu[i] = i;
+            for (int i = 0; i < ns; i++)
+                for (int j = 0; j < mbs; j++) {
+                    const int64_t n = (int64_t)i * mbs + j;
+                    ht[n] = (int32_t)(mode == 1 ? n % nblocks : (n * 7919) % nblocks);
+                }
+            cudaMemcpy(dt, ht, (size_t)ns * mbs * 4, cudaMemcpyHostToDevice);
+            cudaMemcpy(dcu, hcu, (size_t)(ns + 1) * 4, cudaMemcpyHostToDevice);
+            cudaMemcpy(dctx, hctx, (size_t)ns * 4, cudaMemcpyHostToDevice);
+            AttnCtx a = {.p = *base, .decode = 1, .ws = ws, .parts = 1};
+            a.p.k_cache = k, a.p.v_cache = v;
+            a.p.block_tables = dt, a.p.cu_seqlens_q = dcu, a.p.context_lens = dctx;
+            a.p.max_blocks_per_seq = mbs, a.p.num_seqs = ns, a.p.max_seqlen_k = 1999;
+            if (mode == 2) a.p.n_kv_heads = 1, a.p.n_heads = base->n_heads / nkv;
+            const float ms = time_ms(attn_launch, &a, st, 20);
+            static const char *names[] = {"[block][token][head], scattered blocks",
+                                          "[block][token][head], consecutive blocks",
+                                          "one kv head a sequence ([block][head][token])"};
+            printf("  B %3d  %-46s %8.4f ms  %7.0f GB/s\n", B, names[mode], ms,
+                   2.0 * keys * nkv * hd * 2 / (ms * 1e6));
+        }
+    free(ht), free(hcu), free(hctx);
+    cudaFree(dt), cudaFree(dcu), cudaFree(dctx);
+}
+
 static int bench_attention(int num_sms, cudaStream_t st) {
     /* a cache of 64 x 8192 tokens; up to 256 sequences (tables of random blocks) */
     const int nh = 16, nkv = 8, hd = 128, bs = 16, Cmax = 8192, Bmax = 256;
@@ -294,6 +353,7 @@ static int bench_attention(int num_sms, cudaStream_t st) {
                 }
             }
     }
+    bench_attention_layout(&base, k, v, ws, nblocks * bs * nkv, num_sms, st);
     printf("prefill attention (one sequence, causal, same heads): ms, TFLOP/s\n");
     cudaMemcpy(tables, ht0, (size_t)(Cmax / bs) * 4, cudaMemcpyHostToDevice);
     const int Ps[] = {512, 2048, 8192};
