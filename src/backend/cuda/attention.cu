@@ -483,7 +483,8 @@ static __host__ __device__ constexpr int dtc_blocks_per_sm(bool fp8, int hd) {
     return fp8 && hd == 128 ? 4 : 3;
 }
 
-/* The pipelined decode kernel (below): the bytes of one warp's stage, of a block's dynamic shared memory */
+/* The pipelined decode kernel (below): the bytes of one warp's stage, of a block's dynamic
+ * shared memory */
 static __host__ __device__ constexpr int dtc_stage_bytes(int kv_bytes, int hd) {
     return 2 * 16 * hd * kv_bytes;
 }
@@ -507,9 +508,8 @@ static int dec_stages(DType kvdt) {
 /* the blocks an SM holds of the pipelined kernel: as many as 220 KiB of shared memory hold (each
  * its stages and about 2 KiB of its own), at most 4 */
 static __host__ __device__ constexpr int dtc_pipe_blocks_per_sm(int kv_bytes, int hd, int st) {
-    return 220 * 1024 / (dtc_smem_bytes(kv_bytes, hd, st) + 2048) > 4
-               ? 4
-               : 220 * 1024 / (dtc_smem_bytes(kv_bytes, hd, st) + 2048);
+    const int n = 220 * 1024 / (dtc_smem_bytes(kv_bytes, hd, st) + 2048);
+    return n > 4 ? 4 : n;
 }
 
 /* The tensor-core decode kernel (below) takes these shapes unless CVLLM_CUDA_DEC_TC=0. */
@@ -525,7 +525,6 @@ extern "C" int attention_decode_uses_tc(const AttentionParams *p) {
 }
 static int decode_tc_launch(const AttentionParams *p, int num_parts, float *ws,
                             cudaStream_t stream);
-
 
 extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms) {
     const int group = p->n_heads / p->n_kv_heads, qh = dec_qh(group),
@@ -1129,11 +1128,11 @@ extern "C" int attention_prefill_cuda(const AttentionParams *p, cudaStream_t str
  * contiguous run of a key's row (head_dim / 4 elements: 16-byte loads straight from the cache,
  * or, with the pipeline (an fp8 cache), from the warp's shared-memory stage that cp.async filled
  * while it computed on the one before), and its V fragment a contiguous run of head_dim / 8
- * elements of each of its four keys, paired across keys with byte permutes (prmt). An fp8 value is converted two at
- * a time (cvt.rn.f16x2.e4m3x2); v_scale is applied to the output. The per-key work of the SIMT
- * kernel (a dot product's FMAs and shuffles, an exp2, head_dim / 8 FMAs a lane a head) becomes
- * a few tensor-core instructions a tile, so the kernel's instruction count per byte falls (the
- * SIMT kernel is near its issue limit with an fp8 cache). Like the tensor-core prefill, q and P
+ * elements of each of its four keys, paired across keys with byte permutes (prmt). An fp8 value
+ * is converted two at a time (cvt.rn.f16x2.e4m3x2); v_scale is applied to the output. The
+ * per-key work of the SIMT kernel (a dot product's FMAs and shuffles, an exp2, head_dim / 8 FMAs
+ * a lane a head) becomes a few tensor-core instructions a tile, so the kernel's instruction count
+ * per byte falls (the SIMT kernel is near its issue limit with an fp8 cache). Like the tensor-core prefill, q and P
  * rounded to 16 bits make it agree with the f32 CPU twin to about 1e-2 (bf16) / 2e-3 (f16, fp8)
  * of the output's range. CVLLM_CUDA_DEC_TC=0: the SIMT kernel. */
 
@@ -1297,7 +1296,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                     const int q = lane + 32 * i, kv = q / (16 * CPR), r = (q / CPR) % 16,
                               c = q % CPR;
                     const int j = jb + r;
-                    const KV *src = (kv ? vc : kc) + (j < ce ? row(j) : 0) + c * (16 / (int)sizeof(KV));
+                    const KV *src =
+                        (kv ? vc : kc) + (j < ce ? row(j) : 0) + c * (16 / (int)sizeof(KV));
                     const int at = kv ? 16 * RB + r * RB + dtc_swz_v<CPR>(r, c) * 16
                                       : r * RB + dtc_swz_k<CPR>(r, c) * 16;
                     cp_async16(st + at, src, j < ce ? 16 : 0);
@@ -1322,14 +1322,16 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                 cp_async_wait<ST - 1>(); /* this thread's copies of step it have landed */
                 __syncwarp();            /* and every lane's */
                 const char *st = wst + (it % ST) * dtc_stage_bytes(sizeof(KV), HD);
-                constexpr int KCH = KWORDS >= 4 ? KWORDS / 4 : 1, VCH = VWORDS >= 4 ? VWORDS / 4 : 1;
+                constexpr int KCH = KWORDS >= 4 ? KWORDS / 4 : 1,
+                              VCH = VWORDS >= 4 ? VWORDS / 4 : 1;
 #pragma unroll
                 for (int n = 0; n < 2; n++) {
                     const int r = 8 * n + g;
 #pragma unroll
                     for (int k = 0; k < KCH; k++)
-                        load_words<KWORDS / KCH>(st + r * RB + dtc_swz_k<CPR>(r, t4 * KCH + k) * 16,
-                                                 &kw[n][k * (KWORDS / KCH)]);
+                        load_words<KWORDS / KCH>(
+                            st + r * RB + dtc_swz_k<CPR>(r, t4 * KCH + k) * 16,
+                            &kw[n][k * (KWORDS / KCH)]);
                 }
 #pragma unroll
                 for (int n = 0; n < 4; n++) {
@@ -1337,8 +1339,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                     if constexpr (VWORDS >= 4) {
 #pragma unroll
                         for (int k = 0; k < VCH; k++)
-                            load_words<4>(st + 16 * RB + r * RB + dtc_swz_v<CPR>(r, g * VCH + k) * 16,
-                                          &vw[n][k * 4]);
+                            load_words<4>(
+                                st + 16 * RB + r * RB + dtc_swz_v<CPR>(r, g * VCH + k) * 16,
+                                &vw[n][k * 4]);
                     } else { /* 8 bytes: half of chunk g / 2 */
                         load_words<VWORDS>(st + 16 * RB + r * RB + dtc_swz_v<CPR>(r, g >> 1) * 16 +
                                                (g & 1) * 8,

@@ -196,7 +196,8 @@ static void bench_attention_layout(const AttentionParams *base, void *k, void *v
     const int mbs = 2048 / bs; /* table columns: contexts < 2000 */
     int32_t *dt, *dcu, *dctx;
     const size_t nseq = (size_t)Bmax * nkv;
-    int32_t *ht = xmalloc(nseq * mbs * 4), *hcu = xmalloc((nseq + 1) * 4), *hctx = xmalloc(nseq * 4);
+    int32_t *ht = xmalloc(nseq * mbs * 4), *hcu = xmalloc((nseq + 1) * 4),
+            *hctx = xmalloc(nseq * 4);
     if (cudaMalloc((void **)&dt, nseq * mbs * 4) || cudaMalloc((void **)&dcu, (nseq + 1) * 4) ||
         cudaMalloc((void **)&dctx, nseq * 4)) {
         printf("layout probe: out of memory\n");
