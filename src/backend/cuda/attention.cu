@@ -1132,9 +1132,9 @@ extern "C" int attention_prefill_cuda(const AttentionParams *p, cudaStream_t str
  * is converted two at a time (cvt.rn.f16x2.e4m3x2); v_scale is applied to the output. The
  * per-key work of the SIMT kernel (a dot product's FMAs and shuffles, an exp2, head_dim / 8 FMAs
  * a lane a head) becomes a few tensor-core instructions a tile, so the kernel's instruction count
- * per byte falls (the SIMT kernel is near its issue limit with an fp8 cache). Like the tensor-core prefill, q and P
- * rounded to 16 bits make it agree with the f32 CPU twin to about 1e-2 (bf16) / 2e-3 (f16, fp8)
- * of the output's range. CVLLM_CUDA_DEC_TC=0: the SIMT kernel. */
+ * per byte falls (the SIMT kernel is near its issue limit with an fp8 cache). Like the
+ * tensor-core prefill, q and P rounded to 16 bits make it agree with the f32 CPU twin to about
+ * 1e-2 (bf16) / 2e-3 (f16, fp8) of the output's range. CVLLM_CUDA_DEC_TC=0: the SIMT kernel. */
 
 #define DTC_MAX_GROUP 8
 
