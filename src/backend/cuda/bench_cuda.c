@@ -191,18 +191,19 @@ static int attn_launch(void *ctx, cudaStream_t st) {
  * [block][kv head][token][head_dim] would give). `tokens`: the cache's capacity in token rows of
  * every kv head. */
 static void bench_attention_layout(const AttentionParams *base, void *k, void *v, void *ws,
-                                   int64_t tokens, int num_sms, cudaStream_t st) {
+                                   int64_t tokens, cudaStream_t st) {
     const int nkv = base->n_kv_heads, hd = base->hd, bs = base->block_size, Bmax = 256;
     const int mbs = 2048 / bs; /* table columns: contexts < 2000 */
-    int32_t *dt, *dcu, *dctx;
+    int32_t *dt = NULL, *dcu = NULL, *dctx = NULL;
     const size_t nseq = (size_t)Bmax * nkv;
-    int32_t *ht = xmalloc(nseq * mbs * 4), *hcu = xmalloc((nseq + 1) * 4),
-            *hctx = xmalloc(nseq * 4);
     if (cudaMalloc((void **)&dt, nseq * mbs * 4) || cudaMalloc((void **)&dcu, (nseq + 1) * 4) ||
         cudaMalloc((void **)&dctx, nseq * 4)) {
         printf("layout probe: out of memory\n");
+        cudaFree(dt), cudaFree(dcu), cudaFree(dctx);
         return;
     }
+    int32_t *ht = xmalloc(nseq * mbs * 4), *hcu = xmalloc((nseq + 1) * 4),
+            *hctx = xmalloc(nseq * 4);
     printf("decode attention, the cache's layout (bf16, contexts 600 .. 1999, one partition):\n");
     const int Bs[] = {64, 256};
     for (int bi = 0; bi < 2; bi++)
@@ -354,7 +355,7 @@ static int bench_attention(int num_sms, cudaStream_t st) {
                 }
             }
     }
-    bench_attention_layout(&base, k, v, ws, nblocks * bs * nkv, num_sms, st);
+    bench_attention_layout(&base, k, v, ws, (int64_t)nblocks * bs * nkv, st);
     printf("prefill attention (one sequence, causal, same heads): ms, TFLOP/s\n");
     cudaMemcpy(tables, ht0, (size_t)(Cmax / bs) * 4, cudaMemcpyHostToDevice);
     const int Ps[] = {512, 2048, 8192};
