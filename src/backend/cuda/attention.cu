@@ -22,6 +22,7 @@
  * by the four threads that share the row. The keys come from the cache (written by
  * store_kvcache_cuda first), so a prefix-cache hit or an earlier chunk is read like any key.
  * An fp8 cache is dequantized as it is read (the tensor-core kernel: into bf16 / f16 tiles). */
+#include <cuda.h> /* CUtensorMap: the driver entry point is found at run time */
 #include <stdlib.h>
 #include <string.h>
 
@@ -525,6 +526,8 @@ extern "C" int attention_decode_uses_tc(const AttentionParams *p) {
 }
 static int decode_tc_launch(const AttentionParams *p, int num_parts, float *ws,
                             cudaStream_t stream);
+static int dtma_stages(void);
+static __host__ __device__ constexpr int dtma_blocks_per_sm(int hd, int st);
 
 extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms) {
     const int group = p->n_heads / p->n_kv_heads, qh = dec_qh(group),
@@ -538,8 +541,9 @@ extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms)
      * last wave */
     const int kvb = p->kvdt == DTYPE_FP8_E4M3 ? 1 : 2;
     const int st = dec_stages(p->kvdt);
-    const int per_sm = !tc ? 4
-                       : st ? dtc_pipe_blocks_per_sm(kvb, p->hd, st)
+    const int per_sm = !tc                           ? 4
+                       : attention_decode_uses_tma(p) ? dtma_blocks_per_sm(p->hd, dtma_stages())
+                       : st                           ? dtc_pipe_blocks_per_sm(kvb, p->hd, st)
                             : dtc_blocks_per_sm(p->kvdt == DTYPE_FP8_E4M3, p->hd);
     const int64_t slots = per_sm * (int64_t)num_sms;
     /* rounded up, the grid is a wave and a little more (at 2..49 sequences of qwen3-0.6b on an
@@ -659,9 +663,9 @@ extern "C" int attention_decode_cuda(const AttentionParams *p, int num_parts, vo
         return cvllm_errorf(CVLLM_EINVAL, "cuda attention: %d partitions need a workspace",
                             num_parts);
     float *ws = (float *)d_ws;
-    if (attention_decode_uses_tc(p))
-        decode_tc_launch(p, num_parts, ws, stream);
-    else
+    if (attention_decode_uses_tc(p)) {
+        if ((rc = decode_tc_launch(p, num_parts, ws, stream))) return rc;
+    } else
         DISPATCH_KV_DTYPE(
             p->kvdt, C,
             DISPATCH_HD(p->hd, HDC, launch_decode<C, HDC>(*p, num_parts, ws, stream)));
@@ -1200,6 +1204,42 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+/* One 16-key step's online softmax, shared by both tensor-core decode kernels: sc (S's
+ * accumulator fragments: head g's scores for keys jb + 8 n + 2 t4 + 0..1) masked past ce, head
+ * g's running max mrow (log2 units) and this thread's sum lrow updated; out: the factors c0, c1
+ * by which O^T's columns (heads 2 t4, 2 t4 + 1: from lanes 8 t4, 8 t4 + 4) are rescaled, and P^T's
+ * B fragments pb0, pb1 (the weights rounded to M, S's fragments as they stand). */
+template <typename M>
+__device__ __forceinline__ void dtc_softmax_step(float (&sc)[2][4], int jb, int ce, int t4,
+                                                 float &mrow, float &lrow, float &c0, float &c1,
+                                                 uint32_t &pb0, uint32_t &pb1) {
+    float tmax = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < 2; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            if (jb + 8 * n + 2 * t4 + e >= ce) sc[n][e] = -INFINITY;
+            tmax = fmaxf(tmax, sc[n][e]);
+        }
+    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+    const float mn = fmaxf(mrow, tmax);
+    const bool none = mn == -INFINITY;
+    const float corr = none ? 1.0f : exp2f(mrow - mn);
+    float pr[2][2];
+#pragma unroll
+    for (int n = 0; n < 2; n++)
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+            pr[n][e] = none ? 0.0f : exp2f(sc[n][e] - mn);
+    lrow = lrow * corr + (pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]);
+    mrow = mn;
+    c0 = __shfl_sync(0xffffffffu, corr, 8 * t4);
+    c1 = __shfl_sync(0xffffffffu, corr, 8 * t4 + 4);
+    pb0 = pack2<M>(pr[0][0], pr[0][1]);
+    pb1 = pack2<M>(pr[1][0], pr[1][1]);
+}
+
 /* MINB: the blocks per SM the registers are limited for (dtc_blocks_per_sm). ST: 0, K and V
  * loaded into registers by each step; else the stages of the shared-memory pipeline above. */
 template <typename KV, int HD, bool FUSE, int MINB, int ST>
@@ -1390,31 +1430,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                     mma16816<M>(sc[n], a, b0w, b1w);
                 }
             }
-            float tmax = -INFINITY;
-#pragma unroll
-            for (int n = 0; n < 2; n++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    if (jb + 8 * n + 2 * t4 + e >= ce) sc[n][e] = -INFINITY;
-                    tmax = fmaxf(tmax, sc[n][e]);
-                }
-            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-            tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
-            const float mn = fmaxf(mrow, tmax);
-            const bool none = mn == -INFINITY;
-            const float corr = none ? 1.0f : exp2f(mrow - mn);
-            float pr[2][2];
-#pragma unroll
-            for (int n = 0; n < 2; n++)
-#pragma unroll
-                for (int e = 0; e < 2; e++)
-                    pr[n][e] = none ? 0.0f : exp2f(sc[n][e] - mn);
-            lrow = lrow * corr + (pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]);
-            mrow = mn;
-            /* O^T's columns are heads 2 t4, 2 t4 + 1: their factors from lanes 8 t4, 8 t4 + 4 */
-            const float c0 = __shfl_sync(0xffffffffu, corr, 8 * t4),
-                        c1 = __shfl_sync(0xffffffffu, corr, 8 * t4 + 4);
-            const uint32_t pb0 = pack2<M>(pr[0][0], pr[0][1]), pb1 = pack2<M>(pr[1][0], pr[1][1]);
+            float c0, c1;
+            uint32_t pb0, pb1;
+            dtc_softmax_step<M>(sc, jb, ce, t4, mrow, lrow, c0, c1, pb0, pb1);
 #pragma unroll
             for (int i = 0; i < KSTEPS; i++) {
                 /* m-tile i: rows g / g + 8 are dims VDIMS g + 2 i / + 1 */
@@ -1507,8 +1525,394 @@ static void launch_decode_tc(const AttentionParams &p, int num_parts, float *ws,
     }
 }
 
+/* ================================================================== decode, tensor cores, TMA
+ *
+ * The tensor-core decode kernel above for a bf16 / f16 cache of block_size a multiple of 16,
+ * head_dim 64 or 128, on sm_90: the K and V rows come through the tensor copy engine (TMA)
+ * instead of each thread's loads. Each warp keeps ST stages of its own in shared memory, a stage
+ * the K and V tiles of 16 keys (16 consecutive rows of one cache block, one kv head: 8 KiB at
+ * head_dim 128), and ST - 1 of them in flight while it computes on the one before: lane 0 asks
+ * for a tile with two (head_dim 64: one) 2-D copies a matrix, each 16 rows x 128 bytes, that
+ * complete on the stage's mbarrier. What the old kernels held in registers to keep the memory
+ * busy (K and V fragments of every lane) is now in shared memory, written by the copy engine
+ * with no instructions of the warp's, so a warp's registers hold only Q, O and one step's
+ * fragments. The tiles are stored with the 128-byte swizzle (16-byte chunk c of a 128-byte row r
+ * at c ^ (r % 8)), so the fragments are read by ldmatrix without bank conflicts: K's (row = key,
+ * 8 dims a matrix row: S = Q K^T's B operand as it stands) and V's transposed (O^T = V^T P^T's A
+ * operand). The dims are summed in their natural order here (Q's fragments follow), unlike the
+ * register kernel's runs. Rows past the context in the last tile (the cache block's other rows:
+ * another sequence's old keys, or never written) are masked out of S and zeroed in V's stage, so
+ * that even a NaN there cannot reach the output. The copies read through L2 with the evict-first
+ * policy (the K/V stream is read once a step; the weights that the products read next stay).
+ * CVLLM_CUDA_DEC_TMA=0: the register kernel; 2 or 3: the stages a warp (default 2). */
+#define DTMA_ROWB 128 /* bytes of a tile row (64 elements of 16 bits): the swizzle's span */
+/* a stage's bytes: K then V, each head_dim / 64 boxes of 16 rows x 128 bytes */
+static __host__ __device__ constexpr int dtma_stage_bytes(int hd) {
+    return 2 * (hd / 64) * 16 * DTMA_ROWB;
+}
+/* a block's dynamic shared memory: its warps' stages and 1 KiB to align them to 1024 bytes (the
+ * swizzle pattern repeats every 8 rows of 128 bytes) */
+static __host__ __device__ constexpr int dtma_smem_bytes(int hd, int st) {
+    return DEC_WARPS * st * dtma_stage_bytes(hd) + 1024;
+}
+/* the blocks an SM holds: as many as 220 KiB of shared memory hold (each also about 6 KiB of
+ * static shared memory), at most 4 */
+static __host__ __device__ constexpr int dtma_blocks_per_sm(int hd, int st) {
+    const int n = 220 * 1024 / (dtma_smem_bytes(hd, st) + 6 * 1024);
+    return n > 4 ? 4 : n;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile("{\n"
+                 ".reg .pred done;\n"
+                 "WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT;\n"
+                 "}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+/* box (x, y) of the 2-D tensor map into shared memory at dst, completing on bar */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int x, int y,
+                                            uint32_t bar, uint64_t policy) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+                 "l"((const void *)map), "r"(x), "r"(y), "r"(bar), "l"(policy)
+                 : "memory");
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t r[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t r[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+#endif
+/* the byte offset in a K or V tile of key r's 16-byte chunk c (8 dims: 8 c .. 8 c + 7) */
+__device__ __forceinline__ uint32_t dtma_at(int r, int c) {
+    return (uint32_t)((c >> 3) * 16 * DTMA_ROWB + r * DTMA_ROWB + (((c & 7) ^ (r & 7)) << 4));
+}
+
+template <typename KV, int HD, bool FUSE, int MINB, int ST>
+__global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
+    attention_decode_tma_kernel(AttentionParams p, int num_parts, float *ws,
+                                const __grid_constant__ CUtensorMap kmap,
+                                const __grid_constant__ CUtensorMap vmap) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    pdl_wait();
+    pdl_trigger();
+    typedef KV M;
+    constexpr int KSTEPS = HD / 16; /* k-steps of S; also the m-tiles of O^T */
+    constexpr int SB = dtma_stage_bytes(HD), HB = SB / 2;
+    const int part = blockIdx.x, s = p.seq_order ? p.seq_order[blockIdx.z] : blockIdx.z;
+    const int group = p.n_heads / p.n_kv_heads, kvh = blockIdx.y, h0 = kvh * group;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+    const int ctx = p.context_lens[s];
+    const int part_size = max(32, ((ctx + num_parts - 1) / num_parts + 31) / 32 * 32);
+    const int j0 = part * part_size, j1 = min(ctx, j0 + part_size);
+    const int t = p.cu_seqlens_q[s + 1] - 1;
+    const int64_t kv_stride = (int64_t)p.n_kv_heads * HD;
+    const int32_t *table = p.block_tables + (int64_t)s * p.max_blocks_per_seq;
+    const float qscale = p.scale * 1.44269504088896341f;
+
+    __shared__ float sm_q[FUSE ? DTC_MAX_GROUP : 1][FUSE ? HD : 1];
+    bool fused = false;
+    if constexpr (FUSE) {
+        fused = t >= 0 && j0 < j1;
+        if (fused) {
+            const int64_t slot = j0 <= ctx - 1 && ctx - 1 < j1 ? p.slots[t] : -1;
+            const int64_t at = slot < 0 ? 0 : slot * kv_stride + (int64_t)kvh * HD;
+            decode_qk_prologue<KV, HD, DTC_MAX_GROUP>(
+                p.q + (int64_t)t * p.ldq, (float)p.positions[t], slot, sm_q, group, p.q_norm,
+                p.k_norm, p.inv_freq, p.eps, HD, h0 * HD, (p.n_heads + kvh) * HD,
+                (p.n_heads + p.n_kv_heads + kvh) * HD, (KV *)p.k_cache + at, (KV *)p.v_cache + at,
+                p.k_scale, p.v_scale);
+            /* the key and value just stored are read next by the copy engine (async proxy) */
+            asm volatile("fence.proxy.async.global;" ::: "memory");
+        }
+        __syncthreads();
+    }
+    /* Q's A fragments (row g: head h0 + g; rows g + 8 are padding): step ks, dims 16 ks + 2 t4
+     * + 0..1 (qa0) and + 8 (qa2) */
+    uint32_t qa0[KSTEPS], qa2[KSTEPS];
+    {
+        const bool in = g < group && t >= 0 && (!FUSE || fused);
+        const float *qrow = NULL;
+        if constexpr (FUSE)
+            qrow = sm_q[in ? g : 0];
+        else
+            qrow = p.q + (int64_t)(in ? t : 0) * p.ldq + (int64_t)(h0 + (in ? g : 0)) * HD;
+#pragma unroll
+        for (int ks = 0; ks < KSTEPS; ks++) {
+            const int d = 16 * ks + 2 * t4;
+            qa0[ks] = in ? pack2<M>(qrow[d] * qscale, qrow[d + 1] * qscale) : 0u;
+            qa2[ks] = in ? pack2<M>(qrow[d + 8] * qscale, qrow[d + 9] * qscale) : 0u;
+        }
+    }
+    float o[KSTEPS][4];
+#pragma unroll
+    for (int i = 0; i < KSTEPS; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float mrow = -INFINITY, lrow = 0.0f; /* head g's running max (log2 units), this thread's sum */
+
+    /* the warp's stages (1024-byte aligned) and their barriers */
+    extern __shared__ uint8_t dtma_dsm[];
+    const uint32_t dsm0 = (smem_addr(dtma_dsm) + 1023u) & ~1023u;
+    const uint32_t wst = dsm0 + (uint32_t)(warp * ST * SB);
+    __shared__ __align__(8) uint64_t sm_bar[DEC_WARPS][ST];
+    if (lane == 0) {
+#pragma unroll
+        for (int i = 0; i < ST; i++)
+            mbar_init(smem_addr(&sm_bar[warp][i]), 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncwarp();
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    /* ldmatrix row addresses: lane L gives row L % 8 of matrix L / 8: key (L % 8) + 8 ((L / 8) >>
+     * 1), chunk (L / 8) & 1 of the k-step / m-tile */
+    const int lm = lane >> 3, lkey = (lane & 7) + 8 * (lm >> 1), lch = lm & 1;
+
+    __shared__ int32_t sm_tab[DEC_TAB];
+    const int bs = p.block_size;
+    uint32_t issued = 0, used = 0; /* the warp's tiles asked for, computed on */
+    for (int cs = j0; cs < j1;) {
+        const int b0 = cs / bs;
+        const int ce = min(j1, (b0 + DEC_TAB) * bs);
+        const int nb = (ce - 1) / bs - b0 + 1;
+        __syncthreads();
+        for (int i = threadIdx.x; i < nb; i += blockDim.x)
+            sm_tab[i] = table[b0 + i];
+        __syncthreads();
+        /* the tile of keys jb .. jb + 15 (jb < ce, a multiple of 16: within one cache block) */
+        auto issue = [&](int jb) {
+            if (lane == 0) {
+                const int b = jb / bs;
+                const int y = sm_tab[b - b0] * bs + (jb - b * bs);
+                const uint32_t st = wst + (issued % ST) * SB,
+                               bar = smem_addr(&sm_bar[warp][issued % ST]);
+                mbar_expect_tx(bar, SB);
+#pragma unroll
+                for (int h = 0; h < HD / 64; h++) {
+                    tma_load_2d(st + h * 16 * DTMA_ROWB, &kmap, kvh * HD + 64 * h, y, bar, policy);
+                    tma_load_2d(st + HB + h * 16 * DTMA_ROWB, &vmap, kvh * HD + 64 * h, y, bar,
+                                policy);
+                }
+            }
+            issued++;
+        };
+#pragma unroll
+        for (int i = 0; i < ST - 1; i++)
+            if (cs + warp * 16 + i * DEC_WARPS * 16 < ce) issue(cs + warp * 16 + i * DEC_WARPS * 16);
+        for (int jb = cs + warp * 16; jb < ce; jb += DEC_WARPS * 16) {
+            const int ahead = jb + (ST - 1) * DEC_WARPS * 16;
+            if (ahead < ce) issue(ahead); /* into the stage computed on last step */
+            const uint32_t st = wst + (used % ST) * SB;
+            mbar_wait(smem_addr(&sm_bar[warp][used % ST]), (used / ST) & 1);
+            used++;
+            if (jb + 16 > ce) { /* rows past the context: V's zeroed (K's are masked) */
+                for (int i = lane; i < (HD / 64) * 16 * 8; i += 32) {
+                    const int r = (i >> 3) & 15;
+                    if (jb + r >= ce)
+                        *(uint4 *)__cvta_shared_to_generic(st + HB + (i >> 7) * 16 * DTMA_ROWB +
+                                                           r * DTMA_ROWB + (i & 7) * 16) =
+                            make_uint4(0u, 0u, 0u, 0u);
+                }
+                /* ordinary stores that ldmatrix reads next, and that a copy overwrites later */
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                __syncwarp();
+            }
+            /* S: sc[n][0..1] = head g's scores for keys jb + 8 n + 2 t4 + 0..1 */
+            float sc[2][4] = {};
+#pragma unroll
+            for (int ks = 0; ks < KSTEPS; ks++) {
+                uint32_t kb[4]; /* keys 0..7: dims 16 ks .., 16 ks + 8 ..; keys 8..15: the same */
+                ldsm_x4(st + dtma_at(lkey, 2 * ks + lch), kb);
+                const uint32_t a[4] = {qa0[ks], 0u, qa2[ks], 0u};
+                mma16816<M>(sc[0], a, kb[0], kb[1]);
+                mma16816<M>(sc[1], a, kb[2], kb[3]);
+            }
+            float c0, c1;
+            uint32_t pb0, pb1;
+            dtc_softmax_step<M>(sc, jb, ce, t4, mrow, lrow, c0, c1, pb0, pb1);
+#pragma unroll
+            for (int i = 0; i < KSTEPS; i++) {
+                /* m-tile i: rows g / g + 8 are dims 16 i + g / + 8 */
+                uint32_t a[4];
+                /* transposed: (keys 0..7, dims 16 i ..), (0..7, + 8), (8..15, ..), (8..15, + 8)
+                 * become A's a0 .. a3 (dims 16 i + g / + 8 g, keys 2 t4 / 8 + 2 t4) */
+                ldsm_x4_t(st + HB + dtma_at(lkey, 2 * i + lch), a);
+                o[i][0] *= c0, o[i][1] *= c1, o[i][2] *= c0, o[i][3] *= c1;
+                mma16816<M>(o[i], a, pb0, pb1);
+            }
+            __syncwarp(); /* every lane's reads of the stage done before it is asked for again */
+        }
+        cs = ce;
+    }
+    lrow += __shfl_xor_sync(0xffffffffu, lrow, 1);
+    lrow += __shfl_xor_sync(0xffffffffu, lrow, 2);
+    /* merge the warps: head h's state, element d; the accumulators go where the stages were,
+     * once every warp is done with its own */
+    __shared__ float sm_m[DEC_WARPS][DTC_MAX_GROUP], sm_l[DEC_WARPS][DTC_MAX_GROUP];
+    static_assert(DEC_WARPS * ST * SB >= DEC_WARPS * DTC_MAX_GROUP * HD * (int)sizeof(float),
+                  "the stages hold the accumulators");
+    float(*sm_acc)[DTC_MAX_GROUP][HD] =
+        (float(*)[DTC_MAX_GROUP][HD])__cvta_shared_to_generic(dsm0);
+    __syncthreads();
+    if (t4 == 0 && g < group) sm_m[warp][g] = mrow, sm_l[warp][g] = lrow;
+#pragma unroll
+    for (int i = 0; i < KSTEPS; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int h = 2 * t4 + (e & 1), d = 16 * i + g + 8 * (e >> 1);
+            if (h < group) sm_acc[warp][h][d] = o[i][e];
+        }
+    __syncthreads();
+    decode_merge_store<DTC_MAX_GROUP, HD>(p, sm_m, sm_l, sm_acc, group, HD, h0, t, s, part,
+                                          num_parts, ws, 1.0f);
+#endif
+}
+
+/* CVLLM_CUDA_DEC_TMA: the TMA kernel's stages a warp (0: off; 2, 3; default 2) */
+static int dtma_stages(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CVLLM_CUDA_DEC_TMA");
+        v = e && *e ? atoi(e) : 2;
+        if (v != 2 && v != 3) v = 0;
+    }
+    return v;
+}
+/* compute capability >= 9.0 on the current device, asked once */
+static int dtma_device_ok(void) {
+    static int v = -1;
+    if (v < 0) {
+        int dev = 0, major = 0;
+        v = cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
+                cudaSuccess &&
+            major >= 9;
+    }
+    return v;
+}
+extern "C" int attention_decode_uses_tma(const AttentionParams *p) {
+    return attention_decode_uses_tc(p) && dtma_stages() > 0 && dtma_device_ok() &&
+           (p->kvdt == DTYPE_BF16 || p->kvdt == DTYPE_F16) && p->block_size % 16 == 0 &&
+           p->cache_rows > 0 && (p->n_kv_heads * p->hd * 2) % 16 == 0 &&
+           ((uintptr_t)p->k_cache | (uintptr_t)p->v_cache) % 16 == 0;
+}
+
+/* cuTensorMapEncodeTiled through the runtime (no link to the driver library) */
+typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                  const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                  const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+/* The tensor map of a layer's K or V cache ([rows, n_kv_heads * hd] of 16-bit elements; boxes of
+ * 16 rows x 64 elements, swizzled by 128 bytes). Kept in a small table by address and shape, so
+ * that an eager step does not encode 2 x layers maps again. */
+#define DTMA_MAPS 256
+static int dtma_map(CUtensorMap *out, const void *base, int64_t rows, int64_t cols, DType dt) {
+    static struct {
+        const void *base;
+        int64_t rows, cols;
+        DType dt;
+        CUtensorMap map;
+    } cache[DTMA_MAPS];
+    static int n = 0, next = 0;
+    static EncodeTiledFn encode = NULL;
+    for (int i = 0; i < n; i++)
+        if (cache[i].base == base && cache[i].rows == rows && cache[i].cols == cols &&
+            cache[i].dt == dt) {
+            *out = cache[i].map;
+            return 0;
+        }
+    if (!encode) {
+        cudaDriverEntryPointQueryResult q;
+        void *fn = NULL;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                             cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess || !fn)
+            return cvllm_errorf(CVLLM_EBACKEND,
+                                "cuda attention: the driver has no cuTensorMapEncodeTiled");
+        encode = (EncodeTiledFn)fn;
+    }
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)cols * 2};
+    const cuuint32_t box[2] = {64, 16}, estr[2] = {1, 1};
+    CUtensorMap m;
+    const CUresult r = encode(
+        &m, dt == DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        2, (void *)base, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return cvllm_errorf(CVLLM_EBACKEND,
+                            "cuda attention: cuTensorMapEncodeTiled failed (%d) for a cache of "
+                            "%lld x %lld",
+                            (int)r, (long long)rows, (long long)cols);
+    const int i = n < DTMA_MAPS ? n++ : next++ % DTMA_MAPS;
+    cache[i].base = base, cache[i].rows = rows, cache[i].cols = cols, cache[i].dt = dt;
+    cache[i].map = m;
+    *out = m;
+    return 0;
+}
+
+template <typename KV, int HD, bool FUSE, int ST>
+static int launch_decode_tma_st(const AttentionParams &p, int num_parts, float *ws,
+                                cudaStream_t stream) {
+    CUtensorMap km, vm;
+    const int64_t cols = (int64_t)p.n_kv_heads * HD;
+    int rc = dtma_map(&km, p.k_cache, p.cache_rows, cols, p.kvdt);
+    if (!rc) rc = dtma_map(&vm, p.v_cache, p.cache_rows, cols, p.kvdt);
+    if (rc) return rc;
+    constexpr int SMEM = dtma_smem_bytes(HD, ST);
+    constexpr int MINB = dtma_blocks_per_sm(HD, ST);
+    auto k = attention_decode_tma_kernel<KV, HD, FUSE, MINB, ST>;
+    static bool init = false; /* once per instance: beyond 48 KiB needs the opt-in */
+    if (!init) {
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+        init = true;
+    }
+    dim3 grid(num_parts, p.n_kv_heads, p.num_seqs);
+    pdl_launch(k, grid, DEC_WARPS * 32, SMEM, stream, p, num_parts, ws, km, vm);
+    return 0;
+}
+template <typename KV, int HD>
+static int launch_decode_tma(const AttentionParams &p, int num_parts, float *ws,
+                             cudaStream_t stream) {
+    const int st = dtma_stages();
+    if (p.positions)
+        return st == 3 ? launch_decode_tma_st<KV, HD, true, 3>(p, num_parts, ws, stream)
+                       : launch_decode_tma_st<KV, HD, true, 2>(p, num_parts, ws, stream);
+    return st == 3 ? launch_decode_tma_st<KV, HD, false, 3>(p, num_parts, ws, stream)
+                   : launch_decode_tma_st<KV, HD, false, 2>(p, num_parts, ws, stream);
+}
+
 static int decode_tc_launch(const AttentionParams *p, int num_parts, float *ws,
                             cudaStream_t stream) {
+    if (attention_decode_uses_tma(p)) {
+        if (p->kvdt == DTYPE_BF16)
+            return p->hd == 128 ? launch_decode_tma<__nv_bfloat16, 128>(*p, num_parts, ws, stream)
+                                : launch_decode_tma<__nv_bfloat16, 64>(*p, num_parts, ws, stream);
+        return p->hd == 128 ? launch_decode_tma<__half, 128>(*p, num_parts, ws, stream)
+                            : launch_decode_tma<__half, 64>(*p, num_parts, ws, stream);
+    }
     if (p->kvdt == DTYPE_BF16) {
         if (p->hd == 128) launch_decode_tc<__nv_bfloat16, 128>(*p, num_parts, ws, stream);
         else launch_decode_tc<__nv_bfloat16, 64>(*p, num_parts, ws, stream);

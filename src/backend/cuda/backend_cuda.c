@@ -463,11 +463,13 @@ static int alloc_workspace(CudaBackend *c) {
     /* the cache's dtype is not known yet: the largest over each kernel's choice */
     const DType kvdts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_FP8_E4M3};
     for (int s = 1; s <= c->Smax; s++)
-        for (int d = 0; d < 4; d++) {
+        for (int d = 0; d < 8; d++) { /* d >= 4: the cache's rows known (the TMA kernel) */
             AttentionParams p = {.n_heads = c->heads,
                                  .n_kv_heads = c->kvh,
                                  .hd = c->hd,
-                                 .kvdt = kvdts[d],
+                                 .kvdt = kvdts[d % 4],
+                                 .block_size = c->opt.block_size,
+                                 .cache_rows = d / 4,
                                  .num_seqs = s,
                                  .max_seqlen_k = c->opt.max_model_len};
             int parts = attention_decode_num_parts(&p, c->num_sms);
@@ -881,6 +883,7 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
                           .n_kv_heads = c->kvh,
                           .hd = c->hd,
                           .block_size = c->block_size,
+                          .cache_rows = (int64_t)m->num_blocks * c->block_size,
                           .scale = 1.0f / sqrtf((float)c->hd),
                           .num_seqs = m->S,
                           .cu_seqlens_q = c->d_cu_q,
@@ -1260,6 +1263,8 @@ static int cuda_warmup(Backend *b) {
                               .n_kv_heads = c->kvh,
                               .hd = c->hd,
                               .kvdt = c->kvdt,
+                              .block_size = c->block_size,
+                              .cache_rows = (int64_t)c->num_blocks * c->block_size,
                               .num_seqs = B,
                               .max_seqlen_k = c->opt.max_model_len};
         ModelLaunch m = {.T = B,

@@ -232,6 +232,7 @@ static void bench_attention_layout(const AttentionParams *base, void *k, void *v
             a.p.k_cache = k, a.p.v_cache = v;
             a.p.block_tables = dt, a.p.cu_seqlens_q = dcu, a.p.context_lens = dctx;
             a.p.max_blocks_per_seq = mbs, a.p.num_seqs = ns, a.p.max_seqlen_k = 1999;
+            a.p.cache_rows = mode == 2 ? tokens : tokens / nkv;
             if (mode == 2) a.p.n_kv_heads = 1, a.p.n_heads = base->n_heads / nkv;
             const float ms = time_ms(attn_launch, &a, st, 20);
             static const char *names[] = {"[block][token][head], scattered blocks",
@@ -282,6 +283,7 @@ static int bench_attention(int num_sms, cudaStream_t st) {
                                   .adt = DTYPE_BF16,
                                   .k_cache = k,
                                   .v_cache = v,
+                                  .cache_rows = (int64_t)nblocks * bs,
                                   .kvdt = DTYPE_BF16,
                                   .k_scale = 1.0f,
                                   .v_scale = 1.0f,

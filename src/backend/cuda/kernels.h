@@ -124,6 +124,7 @@ typedef struct {
     void *out; /* [T, n_heads * hd] of adt */
     DType adt;
     const void *k_cache, *v_cache; /* this layer's [num_blocks * block_size, n_kv_heads * hd] */
+    int64_t cache_rows;            /* num_blocks * block_size (0: not known; no TMA decode) */
     DType kvdt;
     float k_scale, v_scale; /* fp8 cache only: key = f32(stored) * k_scale (> 0; 1.0 without
                              * calibration, vLLM's default); ignored for the other types */
@@ -171,6 +172,10 @@ int attention_decode_num_parts(const AttentionParams *p, int num_sms);
  * cache, head_dim 64 or 128, GQA groups up to 8; CVLLM_CUDA_DEC_TC=0: never): q and the softmax
  * weights rounded to 16 bits (about 1e-2 of the output's range for bf16, 2e-3 otherwise). */
 int attention_decode_uses_tc(const AttentionParams *p);
+/* Whether attention_decode_cuda takes the tensor-core kernel that reads K/V by the tensor copy
+ * engine (TMA): uses_tc, a bf16 / f16 cache, block_size a multiple of 16, cache_rows set, sm_90 or
+ * later, CVLLM_CUDA_DEC_TMA not 0. */
+int attention_decode_uses_tma(const AttentionParams *p);
 int attention_decode_cuda(const AttentionParams *p, int num_parts, void *d_ws, cudaStream_t stream);
 /* The backend's seq_order (host code, backend_cuda.c): the S lanes by context length, longest
  * first (ties: lower index first), so that the blocks that start last, when the GPU runs out of
