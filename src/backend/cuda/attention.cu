@@ -541,10 +541,11 @@ extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms)
      * last wave */
     const int kvb = p->kvdt == DTYPE_FP8_E4M3 ? 1 : 2;
     const int st = dec_stages(p->kvdt);
-    const int per_sm = !tc                           ? 4
-                       : attention_decode_uses_tma(p) ? dtma_blocks_per_sm(p->hd, dtma_stages())
-                       : st                           ? dtc_pipe_blocks_per_sm(kvb, p->hd, st)
-                            : dtc_blocks_per_sm(p->kvdt == DTYPE_FP8_E4M3, p->hd);
+    const int tma16 = attention_decode_uses_tma(p) && kvb == 2; /* fp8: the pipeline's count */
+    const int per_sm = !tc    ? 4
+                       : tma16 ? dtma_blocks_per_sm(p->hd, dtma_stages())
+                       : st    ? dtc_pipe_blocks_per_sm(kvb, p->hd, st)
+                               : dtc_blocks_per_sm(p->kvdt == DTYPE_FP8_E4M3, p->hd);
     const int64_t slots = per_sm * (int64_t)num_sms;
     /* rounded up, the grid is a wave and a little more (at 2..49 sequences of qwen3-0.6b on an
      * H200, e.g. 416 blocks for 396 places at 4 sequences); rounded down to at most one wave it
@@ -1204,6 +1205,70 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+#define DTMA_ROWB 128 /* bytes of a tile row (64 elements of 16 bits): the swizzle's span */
+/* a stage's bytes: K then V, each head_dim / 64 boxes of 16 rows x 128 bytes */
+static __host__ __device__ constexpr int dtma_stage_bytes(int hd) {
+    return 2 * (hd / 64) * 16 * DTMA_ROWB;
+}
+/* a block's dynamic shared memory: its warps' stages and 1 KiB to align them to 1024 bytes (the
+ * swizzle pattern repeats every 8 rows of 128 bytes) */
+static __host__ __device__ constexpr int dtma_smem_bytes(int hd, int st) {
+    return DEC_WARPS * st * dtma_stage_bytes(hd) + 1024;
+}
+/* the blocks an SM holds: as many as 220 KiB of shared memory hold (each also about 6 KiB of
+ * static shared memory), at most 4 */
+static __host__ __device__ constexpr int dtma_blocks_per_sm(int hd, int st) {
+    const int n = 220 * 1024 / (dtma_smem_bytes(hd, st) + 6 * 1024);
+    return n > 4 ? 4 : n;
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile("{\n"
+                 ".reg .pred done;\n"
+                 "WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT;\n"
+                 "}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+/* box (x, y) of the 2-D tensor map into shared memory at dst, completing on bar */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int x, int y,
+                                            uint32_t bar, uint64_t policy) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+                 "l"((const void *)map), "r"(x), "r"(y), "r"(bar), "l"(policy)
+                 : "memory");
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t r[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t r[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+#endif
+/* the byte offset in a K or V tile of key r's 16-byte chunk c (8 dims: 8 c .. 8 c + 7) */
+__device__ __forceinline__ uint32_t dtma_at(int r, int c) {
+    return (uint32_t)((c >> 3) * 16 * DTMA_ROWB + r * DTMA_ROWB + (((c & 7) ^ (r & 7)) << 4));
+}
+
 /* One 16-key step's online softmax, shared by both tensor-core decode kernels: sc (S's
  * accumulator fragments: head g's scores for keys jb + 8 n + 2 t4 + 0..1) masked past ce, head
  * g's running max mrow (log2 units) and this thread's sum lrow updated; out: the factors c0, c1
@@ -1241,10 +1306,20 @@ __device__ __forceinline__ void dtc_softmax_step(float (&sc)[2][4], int jb, int 
 }
 
 /* MINB: the blocks per SM the registers are limited for (dtc_blocks_per_sm). ST: 0, K and V
- * loaded into registers by each step; else the stages of the shared-memory pipeline above. */
-template <typename KV, int HD, bool FUSE, int MINB, int ST>
+ * loaded into registers by each step; else the stages of the shared-memory pipeline above,
+ * filled by cp.async, or with TM (an fp8 cache at head_dim 128: a row is 128 bytes, the copy
+ * engine's swizzle span; sm_90) by the tensor copy engine as in attention_decode_tma_kernel
+ * below: one 2-D copy a matrix a stage (kmap, vmap), the 128-byte swizzle in place of dtc_swz_k /
+ * dtc_swz_v (the same fragment reads stay conflict-free: 8 lanes read 8 distinct chunks). */
+template <typename KV, int HD, bool FUSE, int MINB, int ST, bool TM>
 __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
-    attention_decode_tc_kernel(AttentionParams p, int num_parts, float *ws) {
+    attention_decode_tc_kernel(AttentionParams p, int num_parts, float *ws,
+                               const __grid_constant__ CUtensorMap kmap,
+                               const __grid_constant__ CUtensorMap vmap) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 900
+    if constexpr (TM) return; /* never launched below sm_90 */
+#endif
+    static_assert(!TM || (ST > 0 && HD * sizeof(KV) == DTMA_ROWB), "TMA: 128-byte rows");
     pdl_wait();
     pdl_trigger();
     typedef typename DecTcOperand<KV>::T M;
@@ -1276,6 +1351,10 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                 p.k_norm, p.inv_freq, p.eps, HD, h0 * HD, (p.n_heads + kvh) * HD,
                 (p.n_heads + p.n_kv_heads + kvh) * HD, (KV *)p.k_cache + at, (KV *)p.v_cache + at,
                 p.k_scale, p.v_scale);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            /* the key and value just stored are read next by the copy engine (async proxy) */
+            if constexpr (TM) asm volatile("fence.proxy.async.global;" ::: "memory");
+#endif
         }
         __syncthreads();
     }
@@ -1309,6 +1388,25 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     const int bs = p.block_size;
     const bool pow2 = (bs & (bs - 1)) == 0;
     const int bs_shift = __ffs(bs) - 1;
+    /* TM: a barrier a stage; the warp's steps in earlier chunks (the stages' phases go on) */
+    __shared__ __align__(8) uint64_t sm_bar[TM ? DEC_WARPS : 1][TM ? ST : 1];
+    int base = 0;
+    uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (TM) {
+        if (lane == 0) {
+#pragma unroll
+            for (int i = 0; i < ST; i++)
+                mbar_init(smem_addr(&sm_bar[warp][i]), 1);
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncwarp();
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    }
+#endif
+    /* chunk c of row r in a stage: the 128-byte swizzle of the copy engine, or dtc_swz_* */
+    auto swz_k = [](int r, int c) { return TM ? c ^ (r & 7) : dtc_swz_k<HD * (int)sizeof(KV) / 16>(r, c); };
+    auto swz_v = [](int r, int c) { return TM ? c ^ (r & 7) : dtc_swz_v<HD * (int)sizeof(KV) / 16>(r, c); };
     for (int cs = j0; cs < j1;) {
         const int b0 = cs / bs;
         const int ce = min(j1, (b0 + DEC_TAB) * bs);
@@ -1329,6 +1427,20 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
         char *wst = NULL;
         auto issue = [&](int it) {
             const int jb = cs + warp * 16 + it * DEC_WARPS * 16;
+            if constexpr (TM) { /* the whole tile (rows past ce too: see the wait) */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+                if (jb < ce && lane == 0) {
+                    const int sl = (base + it) % ST, b = jb / bs;
+                    const int y = sm_tab[b - b0] * bs + (jb - b * bs);
+                    const uint32_t st = smem_addr(wst + sl * dtc_stage_bytes(sizeof(KV), HD)),
+                                   bar = smem_addr(&sm_bar[warp][sl]);
+                    mbar_expect_tx(bar, dtc_stage_bytes(sizeof(KV), HD));
+                    tma_load_2d(st, &kmap, kvh * HD, y, bar, policy);
+                    tma_load_2d(st + 16 * RB, &vmap, kvh * HD, y, bar, policy);
+                }
+#endif
+                return;
+            }
             if (jb < ce) {
                 char *st = wst + (it % (ST > 0 ? ST : 1)) * dtc_stage_bytes(sizeof(KV), HD);
 #pragma unroll
@@ -1338,8 +1450,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                     const int j = jb + r;
                     const KV *src =
                         (kv ? vc : kc) + (j < ce ? row(j) : 0) + c * (16 / (int)sizeof(KV));
-                    const int at = kv ? 16 * RB + r * RB + dtc_swz_v<CPR>(r, c) * 16
-                                      : r * RB + dtc_swz_k<CPR>(r, c) * 16;
+                    const int at = kv ? 16 * RB + r * RB + swz_v(r, c) * 16
+                                      : r * RB + swz_k(r, c) * 16;
                     cp_async16(st + at, src, j < ce ? 16 : 0);
                 }
             }
@@ -1347,7 +1459,10 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
         };
         if constexpr (ST > 0) {
             extern __shared__ uint4 dtc_dsm[];
-            wst = (char *)dtc_dsm + warp * ST * dtc_stage_bytes(sizeof(KV), HD);
+            /* TM: the stages 1024-byte aligned (the swizzle repeats every 8 rows of 128 bytes) */
+            char *dsm = TM ? (char *)(((uintptr_t)dtc_dsm + 1023) & ~(uintptr_t)1023)
+                           : (char *)dtc_dsm;
+            wst = dsm + warp * ST * dtc_stage_bytes(sizeof(KV), HD);
 #pragma unroll
             for (int i = 0; i < ST - 1; i++)
                 issue(i);
@@ -1359,9 +1474,23 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
             uint32_t kw[2][KWORDS], vw[4][VWORDS];
             if constexpr (ST > 0) {
                 issue(it + ST - 1);
-                cp_async_wait<ST - 1>(); /* this thread's copies of step it have landed */
-                __syncwarp();            /* and every lane's */
-                const char *st = wst + (it % ST) * dtc_stage_bytes(sizeof(KV), HD);
+                const int sl = TM ? (base + it) % ST : it % ST;
+                const char *st = wst + sl * dtc_stage_bytes(sizeof(KV), HD);
+                if constexpr (TM) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+                    mbar_wait(smem_addr(&sm_bar[warp][sl]), ((base + it) / ST) & 1);
+                    if (jb + 16 > ce) { /* V's rows past the context zeroed (K's are masked) */
+                        for (int r = ce - jb + (lane >> 3); r < 16; r += 4)
+                            *(uint4 *)(st + 16 * RB + r * RB + (lane & 7) * 16) =
+                                make_uint4(0u, 0u, 0u, 0u);
+                        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                        __syncwarp();
+                    }
+#endif
+                } else {
+                    cp_async_wait<ST - 1>(); /* this thread's copies of step it have landed */
+                    __syncwarp();            /* and every lane's */
+                }
                 constexpr int KCH = KWORDS >= 4 ? KWORDS / 4 : 1,
                               VCH = VWORDS >= 4 ? VWORDS / 4 : 1;
 #pragma unroll
@@ -1370,7 +1499,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
 #pragma unroll
                     for (int k = 0; k < KCH; k++)
                         load_words<KWORDS / KCH>(
-                            st + r * RB + dtc_swz_k<CPR>(r, t4 * KCH + k) * 16,
+                            st + r * RB + swz_k(r, t4 * KCH + k) * 16,
                             &kw[n][k * (KWORDS / KCH)]);
                 }
 #pragma unroll
@@ -1380,10 +1509,10 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
 #pragma unroll
                         for (int k = 0; k < VCH; k++)
                             load_words<4>(
-                                st + 16 * RB + r * RB + dtc_swz_v<CPR>(r, g * VCH + k) * 16,
+                                st + 16 * RB + r * RB + swz_v(r, g * VCH + k) * 16,
                                 &vw[n][k * 4]);
                     } else { /* 8 bytes: half of chunk g / 2 */
-                        load_words<VWORDS>(st + 16 * RB + r * RB + dtc_swz_v<CPR>(r, g >> 1) * 16 +
+                        load_words<VWORDS>(st + 16 * RB + r * RB + swz_v(r, g >> 1) * 16 +
                                                (g & 1) * 8,
                                            vw[n]);
                     }
@@ -1454,7 +1583,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                 mma16816<M>(o[i], a, pb0, pb1);
             }
         }
-        if constexpr (ST > 0) cp_async_wait<0>(); /* the empty groups past ce */
+        if constexpr (ST > 0 && !TM) cp_async_wait<0>(); /* the empty groups past ce */
+        base += it;
         cs = ce;
     }
     lrow += __shfl_xor_sync(0xffffffffu, lrow, 1);
@@ -1487,44 +1617,6 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                                           num_parts, ws, F8 ? p.v_scale : 1.0f);
 }
 
-template <typename KV, int HD, bool FUSE>
-static void launch_decode_tc_f(const AttentionParams &p, int num_parts, float *ws,
-                               cudaStream_t stream) {
-    constexpr int MINB = dtc_blocks_per_sm(IsFp8<KV>::value, HD);
-    dim3 grid(num_parts, p.n_kv_heads, p.num_seqs);
-    pdl_launch(attention_decode_tc_kernel<KV, HD, FUSE, MINB, 0>, grid, DEC_WARPS * 32, 0, stream,
-               p, num_parts, ws);
-}
-/* the pipelined kernel: its blocks an SM as its shared memory allows, at most 4 */
-template <typename KV, int HD, bool FUSE, int ST>
-static void launch_decode_tc_st(const AttentionParams &p, int num_parts, float *ws,
-                                cudaStream_t stream) {
-    constexpr int SMEM = dtc_smem_bytes(sizeof(KV), HD, ST);
-    constexpr int MINB = dtc_pipe_blocks_per_sm(sizeof(KV), HD, ST);
-    auto k = attention_decode_tc_kernel<KV, HD, FUSE, MINB, ST>;
-    static bool init = false; /* once per instance: beyond 48 KiB needs the opt-in */
-    if (!init) {
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
-        init = true;
-    }
-    dim3 grid(num_parts, p.n_kv_heads, p.num_seqs);
-    pdl_launch(k, grid, DEC_WARPS * 32, SMEM, stream, p, num_parts, ws);
-}
-template <typename KV, int HD>
-static void launch_decode_tc(const AttentionParams &p, int num_parts, float *ws,
-                             cudaStream_t stream) {
-    const int st = dec_stages(p.kvdt);
-    if (p.positions) {
-        if (st == 2) launch_decode_tc_st<KV, HD, true, 2>(p, num_parts, ws, stream);
-        else if (st == 3) launch_decode_tc_st<KV, HD, true, 3>(p, num_parts, ws, stream);
-        else launch_decode_tc_f<KV, HD, true>(p, num_parts, ws, stream);
-    } else {
-        if (st == 2) launch_decode_tc_st<KV, HD, false, 2>(p, num_parts, ws, stream);
-        else if (st == 3) launch_decode_tc_st<KV, HD, false, 3>(p, num_parts, ws, stream);
-        else launch_decode_tc_f<KV, HD, false>(p, num_parts, ws, stream);
-    }
-}
-
 /* ================================================================== decode, tensor cores, TMA
  *
  * The tensor-core decode kernel above for a bf16 / f16 cache of block_size a multiple of 16,
@@ -1545,69 +1637,6 @@ static void launch_decode_tc(const AttentionParams &p, int num_parts, float *ws,
  * that even a NaN there cannot reach the output. The copies read through L2 with the evict-first
  * policy (the K/V stream is read once a step; the weights that the products read next stay).
  * CVLLM_CUDA_DEC_TMA=0: the register kernel; 2 or 3: the stages a warp (default 2). */
-#define DTMA_ROWB 128 /* bytes of a tile row (64 elements of 16 bits): the swizzle's span */
-/* a stage's bytes: K then V, each head_dim / 64 boxes of 16 rows x 128 bytes */
-static __host__ __device__ constexpr int dtma_stage_bytes(int hd) {
-    return 2 * (hd / 64) * 16 * DTMA_ROWB;
-}
-/* a block's dynamic shared memory: its warps' stages and 1 KiB to align them to 1024 bytes (the
- * swizzle pattern repeats every 8 rows of 128 bytes) */
-static __host__ __device__ constexpr int dtma_smem_bytes(int hd, int st) {
-    return DEC_WARPS * st * dtma_stage_bytes(hd) + 1024;
-}
-/* the blocks an SM holds: as many as 220 KiB of shared memory hold (each also about 6 KiB of
- * static shared memory), at most 4 */
-static __host__ __device__ constexpr int dtma_blocks_per_sm(int hd, int st) {
-    const int n = 220 * 1024 / (dtma_smem_bytes(hd, st) + 6 * 1024);
-    return n > 4 ? 4 : n;
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    asm volatile("{\n"
-                 ".reg .pred done;\n"
-                 "WAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra WAIT;\n"
-                 "}\n" ::"r"(bar),
-                 "r"(parity)
-                 : "memory");
-}
-/* box (x, y) of the 2-D tensor map into shared memory at dst, completing on bar */
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int x, int y,
-                                            uint32_t bar, uint64_t policy) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                 ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
-                 "l"((const void *)map), "r"(x), "r"(y), "r"(bar), "l"(policy)
-                 : "memory");
-}
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t r[4]) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr)
-                 : "memory");
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t r[4]) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr)
-                 : "memory");
-}
-#endif
-/* the byte offset in a K or V tile of key r's 16-byte chunk c (8 dims: 8 c .. 8 c + 7) */
-__device__ __forceinline__ uint32_t dtma_at(int r, int c) {
-    return (uint32_t)((c >> 3) * 16 * DTMA_ROWB + r * DTMA_ROWB + (((c & 7) ^ (r & 7)) << 4));
-}
 
 template <typename KV, int HD, bool FUSE, int MINB, int ST>
 __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
@@ -1812,9 +1841,11 @@ static int dtma_device_ok(void) {
     return v;
 }
 extern "C" int attention_decode_uses_tma(const AttentionParams *p) {
-    return attention_decode_uses_tc(p) && dtma_stages() > 0 && dtma_device_ok() &&
-           (p->kvdt == DTYPE_BF16 || p->kvdt == DTYPE_F16) && p->block_size % 16 == 0 &&
-           p->cache_rows > 0 && (p->n_kv_heads * p->hd * 2) % 16 == 0 &&
+    const bool c16 = p->kvdt == DTYPE_BF16 || p->kvdt == DTYPE_F16;
+    const bool f8 = p->kvdt == DTYPE_FP8_E4M3 && p->hd == 128 && dec_stages(p->kvdt) > 0;
+    return attention_decode_uses_tc(p) && dtma_stages() > 0 && dtma_device_ok() && (c16 || f8) &&
+           p->block_size % 16 == 0 && p->cache_rows > 0 &&
+           ((int64_t)p->n_kv_heads * p->hd * (f8 ? 1 : 2)) % 16 == 0 &&
            ((uintptr_t)p->k_cache | (uintptr_t)p->v_cache) % 16 == 0;
 }
 
@@ -1823,8 +1854,8 @@ typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t
                                   const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
                                   const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-/* The tensor map of a layer's K or V cache ([rows, n_kv_heads * hd] of 16-bit elements; boxes of
- * 16 rows x 64 elements, swizzled by 128 bytes). Kept in a small table by address and shape, so
+/* The tensor map of a layer's K or V cache ([rows, n_kv_heads * hd] of 16-bit elements or fp8
+ * codes; boxes of 16 rows x 128 bytes, swizzled by 128 bytes). Kept in a small table by address and shape, so
  * that an eager step does not encode 2 x layers maps again. */
 #define DTMA_MAPS 256
 static int dtma_map(CUtensorMap *out, const void *base, int64_t rows, int64_t cols, DType dt) {
@@ -1852,12 +1883,16 @@ static int dtma_map(CUtensorMap *out, const void *base, int64_t rows, int64_t co
                                 "cuda attention: the driver has no cuTensorMapEncodeTiled");
         encode = (EncodeTiledFn)fn;
     }
+    const int es = dt == DTYPE_FP8_E4M3 ? 1 : 2; /* fp8: the codes as bytes */
     const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
-    const cuuint64_t strides[1] = {(cuuint64_t)cols * 2};
-    const cuuint32_t box[2] = {64, 16}, estr[2] = {1, 1};
+    const cuuint64_t strides[1] = {(cuuint64_t)cols * es};
+    const cuuint32_t box[2] = {(cuuint32_t)(DTMA_ROWB / es), 16}, estr[2] = {1, 1};
     CUtensorMap m;
     const CUresult r = encode(
-        &m, dt == DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        &m,
+        dt == DTYPE_BF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+        : dt == DTYPE_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                          : CU_TENSOR_MAP_DATA_TYPE_UINT8,
         2, (void *)base, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -1904,24 +1939,74 @@ static int launch_decode_tma(const AttentionParams &p, int num_parts, float *ws,
                    : launch_decode_tma_st<KV, HD, false, 2>(p, num_parts, ws, stream);
 }
 
+template <typename KV, int HD, bool FUSE>
+static int launch_decode_tc_f(const AttentionParams &p, int num_parts, float *ws,
+                              cudaStream_t stream) {
+    constexpr int MINB = dtc_blocks_per_sm(IsFp8<KV>::value, HD);
+    const CUtensorMap none = {};
+    dim3 grid(num_parts, p.n_kv_heads, p.num_seqs);
+    pdl_launch(attention_decode_tc_kernel<KV, HD, FUSE, MINB, 0, false>, grid, DEC_WARPS * 32, 0,
+               stream, p, num_parts, ws, none, none);
+    return 0;
+}
+/* the pipelined kernel (TM: its stages filled by the copy engine): its blocks an SM as its shared
+ * memory allows, at most 4 */
+template <typename KV, int HD, bool FUSE, int ST, bool TM>
+static int launch_decode_tc_st(const AttentionParams &p, int num_parts, float *ws,
+                               cudaStream_t stream) {
+    CUtensorMap km = {}, vm = {};
+    if constexpr (TM) {
+        const int64_t cols = (int64_t)p.n_kv_heads * HD;
+        int rc = dtma_map(&km, p.k_cache, p.cache_rows, cols, p.kvdt);
+        if (!rc) rc = dtma_map(&vm, p.v_cache, p.cache_rows, cols, p.kvdt);
+        if (rc) return rc;
+    }
+    constexpr int SMEM = dtc_smem_bytes(sizeof(KV), HD, ST) + (TM ? 1024 : 0);
+    constexpr int MINB = dtc_pipe_blocks_per_sm(sizeof(KV), HD, ST);
+    auto k = attention_decode_tc_kernel<KV, HD, FUSE, MINB, ST, TM>;
+    static bool init = false; /* once per instance: beyond 48 KiB needs the opt-in */
+    if (!init) {
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+        init = true;
+    }
+    dim3 grid(num_parts, p.n_kv_heads, p.num_seqs);
+    pdl_launch(k, grid, DEC_WARPS * 32, SMEM, stream, p, num_parts, ws, km, vm);
+    return 0;
+}
+template <typename KV, int HD, bool FUSE>
+static int launch_decode_tc_fuse(const AttentionParams &p, int num_parts, float *ws,
+                                 cudaStream_t stream) {
+    const int st = dec_stages(p.kvdt);
+    if constexpr (IsFp8<KV>::value && HD == 128) /* 128-byte rows: the copy engine can fill */
+        if (attention_decode_uses_tma(&p))
+            return st == 3 ? launch_decode_tc_st<KV, HD, FUSE, 3, true>(p, num_parts, ws, stream)
+                           : launch_decode_tc_st<KV, HD, FUSE, 2, true>(p, num_parts, ws, stream);
+    if (st == 2) return launch_decode_tc_st<KV, HD, FUSE, 2, false>(p, num_parts, ws, stream);
+    if (st == 3) return launch_decode_tc_st<KV, HD, FUSE, 3, false>(p, num_parts, ws, stream);
+    return launch_decode_tc_f<KV, HD, FUSE>(p, num_parts, ws, stream);
+}
+template <typename KV, int HD>
+static int launch_decode_tc(const AttentionParams &p, int num_parts, float *ws,
+                            cudaStream_t stream) {
+    return p.positions ? launch_decode_tc_fuse<KV, HD, true>(p, num_parts, ws, stream)
+                       : launch_decode_tc_fuse<KV, HD, false>(p, num_parts, ws, stream);
+}
+
 static int decode_tc_launch(const AttentionParams *p, int num_parts, float *ws,
                             cudaStream_t stream) {
-    if (attention_decode_uses_tma(p)) {
+    if (attention_decode_uses_tma(p) && p->kvdt != DTYPE_FP8_E4M3) {
         if (p->kvdt == DTYPE_BF16)
             return p->hd == 128 ? launch_decode_tma<__nv_bfloat16, 128>(*p, num_parts, ws, stream)
                                 : launch_decode_tma<__nv_bfloat16, 64>(*p, num_parts, ws, stream);
         return p->hd == 128 ? launch_decode_tma<__half, 128>(*p, num_parts, ws, stream)
                             : launch_decode_tma<__half, 64>(*p, num_parts, ws, stream);
     }
-    if (p->kvdt == DTYPE_BF16) {
-        if (p->hd == 128) launch_decode_tc<__nv_bfloat16, 128>(*p, num_parts, ws, stream);
-        else launch_decode_tc<__nv_bfloat16, 64>(*p, num_parts, ws, stream);
-    } else if (p->kvdt == DTYPE_F16) {
-        if (p->hd == 128) launch_decode_tc<__half, 128>(*p, num_parts, ws, stream);
-        else launch_decode_tc<__half, 64>(*p, num_parts, ws, stream);
-    } else {
-        if (p->hd == 128) launch_decode_tc<__nv_fp8_e4m3, 128>(*p, num_parts, ws, stream);
-        else launch_decode_tc<__nv_fp8_e4m3, 64>(*p, num_parts, ws, stream);
-    }
-    return 0;
+    if (p->kvdt == DTYPE_BF16)
+        return p->hd == 128 ? launch_decode_tc<__nv_bfloat16, 128>(*p, num_parts, ws, stream)
+                            : launch_decode_tc<__nv_bfloat16, 64>(*p, num_parts, ws, stream);
+    if (p->kvdt == DTYPE_F16)
+        return p->hd == 128 ? launch_decode_tc<__half, 128>(*p, num_parts, ws, stream)
+                            : launch_decode_tc<__half, 64>(*p, num_parts, ws, stream);
+    return p->hd == 128 ? launch_decode_tc<__nv_fp8_e4m3, 128>(*p, num_parts, ws, stream)
+                        : launch_decode_tc<__nv_fp8_e4m3, 64>(*p, num_parts, ws, stream);
 }
