@@ -1392,6 +1392,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     __shared__ __align__(8) uint64_t sm_bar[TM ? DEC_WARPS : 1][TM ? ST : 1];
     int base = 0;
     uint64_t policy = 0;
+    (void)sm_bar, (void)policy; /* (below sm_90: unused) */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if constexpr (TM) {
         if (lane == 0) {
