@@ -172,6 +172,21 @@ __device__ __forceinline__ void decode_merge_store(const AttentionParams &p,
     }
 }
 
+/* The block-table entries of a decode block's keys from cs on, into sm_tab, once every thread is
+ * done with the last ones: up to DEC_TAB blocks' worth, to j1 at most. Returns the end of those
+ * keys (ce); b0 is the block of key cs (entry i of sm_tab: block b0 + i). */
+__device__ __forceinline__ int dec_stage_table(int32_t *sm_tab, const int32_t *table, int cs, int j1,
+                                               int bs, int &b0) {
+    b0 = cs / bs;
+    const int ce = min(j1, (b0 + DEC_TAB) * bs);
+    const int nb = (ce - 1) / bs - b0 + 1;
+    __syncthreads(); /* the previous chunk's entries are no longer read */
+    for (int i = threadIdx.x; i < nb; i += blockDim.x)
+        sm_tab[i] = table[b0 + i];
+    __syncthreads();
+    return ce;
+}
+
 /* MINB: the blocks per SM the registers are limited for (1: the compiler's choice, 146 registers
  * at QH 2 and head_dim 128, 3 blocks an SM; 4: at most 128 registers) */
 template <typename C, int HD, int QH, int MINB, bool FUSE>
@@ -282,13 +297,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
             const bool pow2 = (bs & (bs - 1)) == 0;
             const int bs_shift = __ffs(bs) - 1;
             for (int cs = j0; cs < j1;) {
-                const int b0 = cs / bs;
-                const int ce = min(j1, (b0 + DEC_TAB) * bs);
-                const int nb = (ce - 1) / bs - b0 + 1;
-                __syncthreads(); /* the previous chunk's entries are no longer read */
-                for (int i = threadIdx.x; i < nb; i += blockDim.x)
-                    sm_tab[i] = table[b0 + i];
-                __syncthreads();
+                int b0;
+                const int ce = dec_stage_table(sm_tab, table, cs, j1, bs, b0);
                 LT kr[U], vr[U];
                 auto load = [&](int jb_, LT *kr_, LT *vr_) {
 #pragma unroll
@@ -1263,6 +1273,20 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t r[4]) {
                  : "r"(addr)
                  : "memory");
 }
+/* A warp's n stage barriers, one arrival each (lane 0's, as it asks for a tile), made visible to
+ * the copy engine before the warp goes on; returns the L2 policy of the copies (evict first: the
+ * K/V stream is read once a step, the weights the products read next stay) */
+__device__ __forceinline__ uint64_t dtma_warp_init(uint64_t *bars, int n) {
+    if ((threadIdx.x & 31) == 0) {
+        for (int i = 0; i < n; i++)
+            mbar_init(smem_addr(&bars[i]), 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncwarp();
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    return policy;
+}
 #endif
 /* the byte offset in a K or V tile of key r's 16-byte chunk c (8 dims: 8 c .. 8 c + 7) */
 __device__ __forceinline__ uint32_t dtma_at(int r, int c) {
@@ -1305,6 +1329,98 @@ __device__ __forceinline__ void dtc_softmax_step(float (&sc)[2][4], int jb, int 
     pb1 = pack2<M>(pr[1][0], pr[1][1]);
 }
 
+/* What both tensor-core decode kernels know of their block: its partition, sequence and kv head,
+ * the group of query heads from h0, its keys j0 .. j1 - 1 of ctx, the token t whose query it reads
+ * (< 0: a padding lane) and the sequence's block-table row. With FUSE the prologue has run
+ * (fused: sm_q holds the block's normed and rotated query heads, and the block holding the
+ * sequence's last key has stored it); ASYNC: the copy engine reads the cache next, so that store
+ * is fenced for it. */
+struct DtcBlock {
+    int part, s, group, kvh, h0, ctx, j0, j1, t;
+    bool fused;
+    const int32_t *table;
+};
+template <typename KV, int HD, bool FUSE, bool ASYNC>
+__device__ __forceinline__ DtcBlock dtc_begin(const AttentionParams &p, int num_parts,
+                                              float (*sm_q)[HD]) {
+    DtcBlock b;
+    b.part = blockIdx.x, b.s = p.seq_order ? p.seq_order[blockIdx.z] : blockIdx.z;
+    b.group = p.n_heads / p.n_kv_heads, b.kvh = blockIdx.y, b.h0 = b.kvh * b.group;
+    b.ctx = p.context_lens[b.s];
+    const int part_size = max(32, ((b.ctx + num_parts - 1) / num_parts + 31) / 32 * 32);
+    b.j0 = b.part * part_size, b.j1 = min(b.ctx, b.j0 + part_size);
+    b.t = p.cu_seqlens_q[b.s + 1] - 1;
+    b.table = p.block_tables + (int64_t)b.s * p.max_blocks_per_seq;
+    b.fused = false;
+    if constexpr (FUSE) {
+        b.fused = b.t >= 0 && b.j0 < b.j1;
+        if (b.fused) {
+            const int64_t slot = b.j0 <= b.ctx - 1 && b.ctx - 1 < b.j1 ? p.slots[b.t] : -1;
+            const int64_t at =
+                slot < 0 ? 0 : slot * ((int64_t)p.n_kv_heads * HD) + (int64_t)b.kvh * HD;
+            decode_qk_prologue<KV, HD, DTC_MAX_GROUP>(
+                p.q + (int64_t)b.t * p.ldq, (float)p.positions[b.t], slot, sm_q, b.group,
+                p.q_norm, p.k_norm, p.inv_freq, p.eps, HD, b.h0 * HD, (p.n_heads + b.kvh) * HD,
+                (p.n_heads + p.n_kv_heads + b.kvh) * HD, (KV *)p.k_cache + at,
+                (KV *)p.v_cache + at, p.k_scale, p.v_scale);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            /* the key and value just stored are read next by the copy engine (async proxy) */
+            if constexpr (ASYNC) asm volatile("fence.proxy.async.global;" ::: "memory");
+#endif
+        }
+        __syncthreads();
+    }
+    return b;
+}
+/* Q's A fragments (row g: head h0 + g; rows g + 8 are padding), q times qscale rounded to M:
+ * k-step ks takes dims dim(ks, e), e = 0, 1 in qa0 and e = 2, 3 in qa2 (the order in which the
+ * kernel's K fragments hold the dims). q: sm_q's rows with FUSE, else token t's heads. */
+template <typename M, int HD, bool FUSE, typename Dim>
+__device__ __forceinline__ void dtc_q_frags(const AttentionParams &p, const DtcBlock &b,
+                                            const float *sm_q, float qscale,
+                                            uint32_t (&qa0)[HD / 16], uint32_t (&qa2)[HD / 16],
+                                            Dim dim) {
+    const int g = (threadIdx.x & 31) >> 2;
+    const bool in = g < b.group && b.t >= 0 && (!FUSE || b.fused);
+    const float *qrow = FUSE ? sm_q + (in ? g : 0) * HD
+                             : p.q + (int64_t)(in ? b.t : 0) * p.ldq +
+                                   (int64_t)(b.h0 + (in ? g : 0)) * HD;
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ks++) {
+        float v[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            v[e] = in ? qrow[dim(ks, e)] * qscale : 0.0f;
+        qa0[ks] = pack2<M>(v[0], v[1]);
+        qa2[ks] = pack2<M>(v[2], v[3]);
+    }
+}
+/* The end of both tensor-core decode kernels: each warp's states (head g's running max, the sum
+ * over the quad's lanes, O^T's accumulators: element e of m-tile i is head 2 t4 + (e & 1), dim
+ * dim(i, e)) into sm_m, sm_l and sm_acc ([DEC_WARPS][DTC_MAX_GROUP][HD]; free for it), then
+ * merged and written by decode_merge_store, the output times out_scale. */
+template <int HD, typename Dim>
+__device__ __forceinline__ void dtc_finish(const AttentionParams &p, const DtcBlock &b,
+                                           const float (&o)[HD / 16][4], float mrow, float lrow,
+                                           float (*sm_acc)[DTC_MAX_GROUP][HD], int num_parts,
+                                           float *ws, float out_scale, Dim dim) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+    lrow += __shfl_xor_sync(0xffffffffu, lrow, 1);
+    lrow += __shfl_xor_sync(0xffffffffu, lrow, 2);
+    __shared__ float sm_m[DEC_WARPS][DTC_MAX_GROUP], sm_l[DEC_WARPS][DTC_MAX_GROUP];
+    if (t4 == 0 && g < b.group) sm_m[warp][g] = mrow, sm_l[warp][g] = lrow;
+#pragma unroll
+    for (int i = 0; i < HD / 16; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int h = 2 * t4 + (e & 1);
+            if (h < b.group) sm_acc[warp][h][dim(i, e)] = o[i][e];
+        }
+    __syncthreads();
+    decode_merge_store<DTC_MAX_GROUP, HD>(p, sm_m, sm_l, sm_acc, b.group, HD, b.h0, b.t, b.s,
+                                          b.part, num_parts, ws, out_scale);
+}
+
 /* MINB: the blocks per SM the registers are limited for (dtc_blocks_per_sm). ST: 0, K and V
  * loaded into registers by each step; else the stages of the shared-memory pipeline above,
  * filled by cp.async, or with TM (an fp8 cache at head_dim 128: a row is 128 bytes, the copy
@@ -1327,57 +1443,18 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     constexpr int KSTEPS = HD / 16;               /* k-steps of S; also the m-tiles of O^T */
     constexpr int KDIMS = HD / 4, VDIMS = HD / 8; /* a thread's run of a K row, of a V row */
     constexpr int KWORDS = KDIMS * (int)sizeof(KV) / 4, VWORDS = VDIMS * (int)sizeof(KV) / 4;
-    const int part = blockIdx.x, s = p.seq_order ? p.seq_order[blockIdx.z] : blockIdx.z;
-    const int group = p.n_heads / p.n_kv_heads, kvh = blockIdx.y, h0 = kvh * group;
+    __shared__ float sm_q[FUSE ? DTC_MAX_GROUP : 1][FUSE ? HD : 1];
+    const DtcBlock B = dtc_begin<KV, HD, FUSE, TM>(p, num_parts, (float(*)[HD])sm_q);
+    const int kvh = B.kvh, j0 = B.j0, j1 = B.j1;
+    const int32_t *table = B.table;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-    const int ctx = p.context_lens[s];
-    const int part_size = max(32, ((ctx + num_parts - 1) / num_parts + 31) / 32 * 32);
-    const int j0 = part * part_size, j1 = min(ctx, j0 + part_size);
-    const int t = p.cu_seqlens_q[s + 1] - 1;
     const int64_t kv_stride = (int64_t)p.n_kv_heads * HD;
-    const int32_t *table = p.block_tables + (int64_t)s * p.max_blocks_per_seq;
     const KV *kc = (const KV *)p.k_cache, *vc = (const KV *)p.v_cache;
     const float qscale = p.scale * 1.44269504088896341f * (F8 ? p.k_scale : 1.0f);
-
-    __shared__ float sm_q[FUSE ? DTC_MAX_GROUP : 1][FUSE ? HD : 1];
-    bool fused = false;
-    if constexpr (FUSE) {
-        fused = t >= 0 && j0 < j1;
-        if (fused) {
-            const int64_t slot = j0 <= ctx - 1 && ctx - 1 < j1 ? p.slots[t] : -1;
-            const int64_t at = slot < 0 ? 0 : slot * kv_stride + (int64_t)kvh * HD;
-            decode_qk_prologue<KV, HD, DTC_MAX_GROUP>(
-                p.q + (int64_t)t * p.ldq, (float)p.positions[t], slot, sm_q, group, p.q_norm,
-                p.k_norm, p.inv_freq, p.eps, HD, h0 * HD, (p.n_heads + kvh) * HD,
-                (p.n_heads + p.n_kv_heads + kvh) * HD, (KV *)p.k_cache + at, (KV *)p.v_cache + at,
-                p.k_scale, p.v_scale);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            /* the key and value just stored are read next by the copy engine (async proxy) */
-            if constexpr (TM) asm volatile("fence.proxy.async.global;" ::: "memory");
-#endif
-        }
-        __syncthreads();
-    }
-    /* Q's A fragments (row g: head h0 + g; rows g + 8 are padding): step ks, dims
-     * KDIMS * t4 + 4 ks + 0..3 */
+    /* Q's fragments: step ks, dims KDIMS * t4 + 4 ks + 0..3 (a thread's K run) */
     uint32_t qa0[KSTEPS], qa2[KSTEPS];
-    {
-        const bool in = g < group && t >= 0 && (!FUSE || fused);
-        const float *qrow = NULL;
-        if constexpr (FUSE)
-            qrow = sm_q[in ? g : 0];
-        else
-            qrow = p.q + (int64_t)(in ? t : 0) * p.ldq + (int64_t)(h0 + (in ? g : 0)) * HD;
-#pragma unroll
-        for (int ks = 0; ks < KSTEPS; ks++) {
-            float v[4];
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                v[e] = in ? qrow[KDIMS * t4 + 4 * ks + e] * qscale : 0.0f;
-            qa0[ks] = pack2<M>(v[0], v[1]);
-            qa2[ks] = pack2<M>(v[2], v[3]);
-        }
-    }
+    dtc_q_frags<M, HD, FUSE>(p, B, &sm_q[0][0], qscale, qa0, qa2,
+                             [&](int ks, int e) { return KDIMS * t4 + 4 * ks + e; });
     float o[KSTEPS][4];
 #pragma unroll
     for (int i = 0; i < KSTEPS; i++)
@@ -1394,28 +1471,14 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     uint64_t policy = 0;
     (void)sm_bar, (void)policy; /* (below sm_90: unused) */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if constexpr (TM) {
-        if (lane == 0) {
-#pragma unroll
-            for (int i = 0; i < ST; i++)
-                mbar_init(smem_addr(&sm_bar[warp][i]), 1);
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        }
-        __syncwarp();
-        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-    }
+    if constexpr (TM) policy = dtma_warp_init(sm_bar[warp], ST);
 #endif
     /* chunk c of row r in a stage: the 128-byte swizzle of the copy engine, or dtc_swz_* */
     auto swz_k = [](int r, int c) { return TM ? c ^ (r & 7) : dtc_swz_k<HD * (int)sizeof(KV) / 16>(r, c); };
     auto swz_v = [](int r, int c) { return TM ? c ^ (r & 7) : dtc_swz_v<HD * (int)sizeof(KV) / 16>(r, c); };
     for (int cs = j0; cs < j1;) {
-        const int b0 = cs / bs;
-        const int ce = min(j1, (b0 + DEC_TAB) * bs);
-        const int nb = (ce - 1) / bs - b0 + 1;
-        __syncthreads();
-        for (int i = threadIdx.x; i < nb; i += blockDim.x)
-            sm_tab[i] = table[b0 + i];
-        __syncthreads();
+        int b0;
+        const int ce = dec_stage_table(sm_tab, table, cs, j1, bs, b0);
         auto row = [&](int j) -> int64_t { /* key j's row offset in the cache (j < ce) */
             const int b = pow2 ? j >> bs_shift : j / bs;
             const int r = pow2 ? j & (bs - 1) : j % bs;
@@ -1588,11 +1651,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
         base += it;
         cs = ce;
     }
-    lrow += __shfl_xor_sync(0xffffffffu, lrow, 1);
-    lrow += __shfl_xor_sync(0xffffffffu, lrow, 2);
-    /* merge the warps: head h's state, element d (with the pipeline, the accumulators go where
-     * the stages were, once every warp is done with its own) */
-    __shared__ float sm_m[DEC_WARPS][DTC_MAX_GROUP], sm_l[DEC_WARPS][DTC_MAX_GROUP];
+    /* merge the warps (with the pipeline, the accumulators go where the stages were, once every
+     * warp is done with its own) */
     constexpr int AW = ST > 0 ? 1 : DEC_WARPS;
     __shared__ float sm_acc_s[AW][ST > 0 ? 1 : DTC_MAX_GROUP][ST > 0 ? 1 : HD];
     float(*sm_acc)[DTC_MAX_GROUP][HD] = (float(*)[DTC_MAX_GROUP][HD])sm_acc_s;
@@ -1604,40 +1664,11 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
         sm_acc = (float(*)[DTC_MAX_GROUP][HD])dtc_dsm;
         __syncthreads();
     }
-    if (t4 == 0 && g < group) sm_m[warp][g] = mrow, sm_l[warp][g] = lrow;
-#pragma unroll
-    for (int i = 0; i < KSTEPS; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int h = 2 * t4 + (e & 1), d = VDIMS * g + 2 * i + (e >> 1);
-            if (h < group) sm_acc[warp][h][d] = o[i][e];
-        }
-    __syncthreads();
-    /* an fp8 cache's v_scale, left out of the products, applies to the output */
-    decode_merge_store<DTC_MAX_GROUP, HD>(p, sm_m, sm_l, sm_acc, group, HD, h0, t, s, part,
-                                          num_parts, ws, F8 ? p.v_scale : 1.0f);
+    /* rows g / g + 8 of m-tile i are dims VDIMS g + 2 i / + 1; an fp8 cache's v_scale, left out
+     * of the products, applies to the output */
+    dtc_finish<HD>(p, B, o, mrow, lrow, sm_acc, num_parts, ws, F8 ? p.v_scale : 1.0f,
+                   [&](int i, int e) { return VDIMS * g + 2 * i + (e >> 1); });
 }
-
-/* ================================================================== decode, tensor cores, TMA
- *
- * The tensor-core decode kernel above for a bf16 / f16 cache of block_size a multiple of 16,
- * head_dim 64 or 128, on sm_90: the K and V rows come through the tensor copy engine (TMA)
- * instead of each thread's loads. Each warp keeps ST stages of its own in shared memory, a stage
- * the K and V tiles of 16 keys (16 consecutive rows of one cache block, one kv head: 8 KiB at
- * head_dim 128), and ST - 1 of them in flight while it computes on the one before: lane 0 asks
- * for a tile with two (head_dim 64: one) 2-D copies a matrix, each 16 rows x 128 bytes, that
- * complete on the stage's mbarrier. What the old kernels held in registers to keep the memory
- * busy (K and V fragments of every lane) is now in shared memory, written by the copy engine
- * with no instructions of the warp's, so a warp's registers hold only Q, O and one step's
- * fragments. The tiles are stored with the 128-byte swizzle (16-byte chunk c of a 128-byte row r
- * at c ^ (r % 8)), so the fragments are read by ldmatrix without bank conflicts: K's (row = key,
- * 8 dims a matrix row: S = Q K^T's B operand as it stands) and V's transposed (O^T = V^T P^T's A
- * operand). The dims are summed in their natural order here (Q's fragments follow), unlike the
- * register kernel's runs. Rows past the context in the last tile (the cache block's other rows:
- * another sequence's old keys, or never written) are masked out of S and zeroed in V's stage, so
- * that even a NaN there cannot reach the output. The copies read through L2 with the evict-first
- * policy (the K/V stream is read once a step; the weights that the products read next stay).
- * CVLLM_CUDA_DEC_TMA=0: the register kernel; 2 or 3: the stages a warp (default 2). */
 
 template <typename KV, int HD, bool FUSE, int MINB, int ST>
 __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
@@ -1650,51 +1681,15 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     typedef KV M;
     constexpr int KSTEPS = HD / 16; /* k-steps of S; also the m-tiles of O^T */
     constexpr int SB = dtma_stage_bytes(HD), HB = SB / 2;
-    const int part = blockIdx.x, s = p.seq_order ? p.seq_order[blockIdx.z] : blockIdx.z;
-    const int group = p.n_heads / p.n_kv_heads, kvh = blockIdx.y, h0 = kvh * group;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-    const int ctx = p.context_lens[s];
-    const int part_size = max(32, ((ctx + num_parts - 1) / num_parts + 31) / 32 * 32);
-    const int j0 = part * part_size, j1 = min(ctx, j0 + part_size);
-    const int t = p.cu_seqlens_q[s + 1] - 1;
-    const int64_t kv_stride = (int64_t)p.n_kv_heads * HD;
-    const int32_t *table = p.block_tables + (int64_t)s * p.max_blocks_per_seq;
-    const float qscale = p.scale * 1.44269504088896341f;
-
     __shared__ float sm_q[FUSE ? DTC_MAX_GROUP : 1][FUSE ? HD : 1];
-    bool fused = false;
-    if constexpr (FUSE) {
-        fused = t >= 0 && j0 < j1;
-        if (fused) {
-            const int64_t slot = j0 <= ctx - 1 && ctx - 1 < j1 ? p.slots[t] : -1;
-            const int64_t at = slot < 0 ? 0 : slot * kv_stride + (int64_t)kvh * HD;
-            decode_qk_prologue<KV, HD, DTC_MAX_GROUP>(
-                p.q + (int64_t)t * p.ldq, (float)p.positions[t], slot, sm_q, group, p.q_norm,
-                p.k_norm, p.inv_freq, p.eps, HD, h0 * HD, (p.n_heads + kvh) * HD,
-                (p.n_heads + p.n_kv_heads + kvh) * HD, (KV *)p.k_cache + at, (KV *)p.v_cache + at,
-                p.k_scale, p.v_scale);
-            /* the key and value just stored are read next by the copy engine (async proxy) */
-            asm volatile("fence.proxy.async.global;" ::: "memory");
-        }
-        __syncthreads();
-    }
-    /* Q's A fragments (row g: head h0 + g; rows g + 8 are padding): step ks, dims 16 ks + 2 t4
-     * + 0..1 (qa0) and + 8 (qa2) */
+    const DtcBlock B = dtc_begin<KV, HD, FUSE, true>(p, num_parts, (float(*)[HD])sm_q);
+    const int kvh = B.kvh, j0 = B.j0, j1 = B.j1;
+    const int32_t *table = B.table;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+    /* Q's fragments: step ks, dims 16 ks + 2 t4 + 0..1 (qa0) and + 8 (qa2), as ldmatrix gives K */
     uint32_t qa0[KSTEPS], qa2[KSTEPS];
-    {
-        const bool in = g < group && t >= 0 && (!FUSE || fused);
-        const float *qrow = NULL;
-        if constexpr (FUSE)
-            qrow = sm_q[in ? g : 0];
-        else
-            qrow = p.q + (int64_t)(in ? t : 0) * p.ldq + (int64_t)(h0 + (in ? g : 0)) * HD;
-#pragma unroll
-        for (int ks = 0; ks < KSTEPS; ks++) {
-            const int d = 16 * ks + 2 * t4;
-            qa0[ks] = in ? pack2<M>(qrow[d] * qscale, qrow[d + 1] * qscale) : 0u;
-            qa2[ks] = in ? pack2<M>(qrow[d + 8] * qscale, qrow[d + 9] * qscale) : 0u;
-        }
-    }
+    dtc_q_frags<M, HD, FUSE>(p, B, &sm_q[0][0], p.scale * 1.44269504088896341f, qa0, qa2,
+                             [&](int ks, int e) { return 16 * ks + 2 * t4 + (e & 1) + 8 * (e >> 1); });
     float o[KSTEPS][4];
 #pragma unroll
     for (int i = 0; i < KSTEPS; i++)
@@ -1706,15 +1701,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     const uint32_t dsm0 = (smem_addr(dtma_dsm) + 1023u) & ~1023u;
     const uint32_t wst = dsm0 + (uint32_t)(warp * ST * SB);
     __shared__ __align__(8) uint64_t sm_bar[DEC_WARPS][ST];
-    if (lane == 0) {
-#pragma unroll
-        for (int i = 0; i < ST; i++)
-            mbar_init(smem_addr(&sm_bar[warp][i]), 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncwarp();
-    uint64_t policy;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    const uint64_t policy = dtma_warp_init(sm_bar[warp], ST);
     /* ldmatrix row addresses: lane L gives row L % 8 of matrix L / 8: key (L % 8) + 8 ((L / 8) >>
      * 1), chunk (L / 8) & 1 of the k-step / m-tile */
     const int lm = lane >> 3, lkey = (lane & 7) + 8 * (lm >> 1), lch = lm & 1;
@@ -1723,13 +1710,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     const int bs = p.block_size;
     uint32_t issued = 0, used = 0; /* the warp's tiles asked for, computed on */
     for (int cs = j0; cs < j1;) {
-        const int b0 = cs / bs;
-        const int ce = min(j1, (b0 + DEC_TAB) * bs);
-        const int nb = (ce - 1) / bs - b0 + 1;
-        __syncthreads();
-        for (int i = threadIdx.x; i < nb; i += blockDim.x)
-            sm_tab[i] = table[b0 + i];
-        __syncthreads();
+        int b0;
+        const int ce = dec_stage_table(sm_tab, table, cs, j1, bs, b0);
         /* the tile of keys jb .. jb + 15 (jb < ce, a multiple of 16: within one cache block) */
         auto issue = [&](int jb) {
             if (lane == 0) {
@@ -1795,27 +1777,14 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
         }
         cs = ce;
     }
-    lrow += __shfl_xor_sync(0xffffffffu, lrow, 1);
-    lrow += __shfl_xor_sync(0xffffffffu, lrow, 2);
-    /* merge the warps: head h's state, element d; the accumulators go where the stages were,
-     * once every warp is done with its own */
-    __shared__ float sm_m[DEC_WARPS][DTC_MAX_GROUP], sm_l[DEC_WARPS][DTC_MAX_GROUP];
+    /* merge the warps: the accumulators go where the stages were, once every warp is done with
+     * its own; rows g / g + 8 of m-tile i are dims 16 i + g / + 8 */
     static_assert(DEC_WARPS * ST * SB >= DEC_WARPS * DTC_MAX_GROUP * HD * (int)sizeof(float),
                   "the stages hold the accumulators");
-    float(*sm_acc)[DTC_MAX_GROUP][HD] =
-        (float(*)[DTC_MAX_GROUP][HD])__cvta_shared_to_generic(dsm0);
     __syncthreads();
-    if (t4 == 0 && g < group) sm_m[warp][g] = mrow, sm_l[warp][g] = lrow;
-#pragma unroll
-    for (int i = 0; i < KSTEPS; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int h = 2 * t4 + (e & 1), d = 16 * i + g + 8 * (e >> 1);
-            if (h < group) sm_acc[warp][h][d] = o[i][e];
-        }
-    __syncthreads();
-    decode_merge_store<DTC_MAX_GROUP, HD>(p, sm_m, sm_l, sm_acc, group, HD, h0, t, s, part,
-                                          num_parts, ws, 1.0f);
+    dtc_finish<HD>(p, B, o, mrow, lrow,
+                   (float(*)[DTC_MAX_GROUP][HD])__cvta_shared_to_generic(dsm0), num_parts, ws,
+                   1.0f, [&](int i, int e) { return 16 * i + g + 8 * (e >> 1); });
 #endif
 }
 
