@@ -207,8 +207,9 @@ static void test_vocab_shards_to_rows(void **state) {
 
 static void test_residual_rmsnorm(void **state) {
     (void)state;
-    const int Hs[] = {96, 1000, 1024, 2560, 4096}, T = 19;
-    for (int hi = 0; hi < 5; hi++)
+    /* 1022 and 5120: the one-element kernel (H % 4 != 0, H > 4096); the rest the 16-byte one */
+    const int Hs[] = {96, 1000, 1024, 2560, 4096, 1022, 5120}, T = 19;
+    for (int hi = 0; hi < 7; hi++)
         for (int di = 0; di < 3; di++)
             for (int with_add = 0; with_add < 2; with_add++) {
                 const int H = Hs[hi];
@@ -473,9 +474,10 @@ static void test_fp8_conversions(void **state) {
 
 static void test_silu_mul_gather_bias(void **state) {
     (void)state;
-    const int T = 13, I = 771, H = 200;
-    for (int di = 0; di < 3; di++) {
-        const DType dt = DTYPES[di];
+    const int T = 13, H = 200;
+    for (int ci = 0; ci < 6; ci++) {
+        const DType dt = DTYPES[ci % 3];
+        const int I = ci < 3 ? 771 : 772; /* the one-element kernel, then the 16-byte one */
         float *gu = xmalloc((size_t)T * 2 * I * 4), *ref = xmalloc((size_t)T * I * 4),
               *got = xmalloc((size_t)T * I * 4);
         for (int64_t i = 0; i < (int64_t)T * 2 * I; i++)
