@@ -23,6 +23,7 @@
  * store_kvcache_cuda first), so a prefix-cache hit or an earlier chunk is read like any key.
  * An fp8 cache is dequantized as it is read (the tensor-core kernel: into bf16 / f16 tiles). */
 #include <cuda.h> /* CUtensorMap: the driver entry point is found at run time */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1830,7 +1831,8 @@ typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t
  * codes; boxes of 16 rows x 128 bytes, swizzled by 128 bytes). Kept in a small table by address and shape, so
  * that an eager step does not encode 2 x layers maps again. */
 #define DTMA_MAPS 256
-static int dtma_map(CUtensorMap *out, const void *base, int64_t rows, int64_t cols, DType dt) {
+static int dtma_map_locked(CUtensorMap *out, const void *base, int64_t rows, int64_t cols,
+                           DType dt) {
     static struct {
         const void *base;
         int64_t rows, cols;
@@ -1879,15 +1881,26 @@ static int dtma_map(CUtensorMap *out, const void *base, int64_t rows, int64_t co
     *out = m;
     return 0;
 }
+/* (one table for the process: engines on several threads may launch at once) */
+static int dtma_map(CUtensorMap *out, const void *base, int64_t rows, int64_t cols, DType dt) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&mu);
+    const int rc = dtma_map_locked(out, base, rows, cols, dt);
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+/* the maps of this layer's K and V caches */
+static int dtma_kv_maps(const AttentionParams &p, int hd, CUtensorMap *km, CUtensorMap *vm) {
+    const int64_t cols = (int64_t)p.n_kv_heads * hd;
+    const int rc = dtma_map(km, p.k_cache, p.cache_rows, cols, p.kvdt);
+    return rc ? rc : dtma_map(vm, p.v_cache, p.cache_rows, cols, p.kvdt);
+}
 
 template <typename KV, int HD, bool FUSE, int ST>
 static int launch_decode_tma_st(const AttentionParams &p, int num_parts, float *ws,
                                 cudaStream_t stream) {
     CUtensorMap km, vm;
-    const int64_t cols = (int64_t)p.n_kv_heads * HD;
-    int rc = dtma_map(&km, p.k_cache, p.cache_rows, cols, p.kvdt);
-    if (!rc) rc = dtma_map(&vm, p.v_cache, p.cache_rows, cols, p.kvdt);
-    if (rc) return rc;
+    if (int rc = dtma_kv_maps(p, HD, &km, &vm)) return rc;
     constexpr int SMEM = dtma_smem_bytes(HD, ST);
     constexpr int MINB = dtma_blocks_per_sm(HD, ST);
     auto k = attention_decode_tma_kernel<KV, HD, FUSE, MINB, ST>;
@@ -1927,12 +1940,8 @@ template <typename KV, int HD, bool FUSE, int ST, bool TM>
 static int launch_decode_tc_st(const AttentionParams &p, int num_parts, float *ws,
                                cudaStream_t stream) {
     CUtensorMap km = {}, vm = {};
-    if constexpr (TM) {
-        const int64_t cols = (int64_t)p.n_kv_heads * HD;
-        int rc = dtma_map(&km, p.k_cache, p.cache_rows, cols, p.kvdt);
-        if (!rc) rc = dtma_map(&vm, p.v_cache, p.cache_rows, cols, p.kvdt);
-        if (rc) return rc;
-    }
+    if constexpr (TM)
+        if (int rc = dtma_kv_maps(p, HD, &km, &vm)) return rc;
     constexpr int SMEM = dtc_smem_bytes(sizeof(KV), HD, ST) + (TM ? 1024 : 0);
     constexpr int MINB = dtc_pipe_blocks_per_sm(sizeof(KV), HD, ST);
     auto k = attention_decode_tc_kernel<KV, HD, FUSE, MINB, ST, TM>;
