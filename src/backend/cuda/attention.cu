@@ -1216,7 +1216,10 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-#define DTMA_ROWB 128 /* bytes of a tile row (64 elements of 16 bits): the swizzle's span */
+/* The tensor copy engine (TMA) of the decode kernels below ("decode, tensor cores, TMA" tells
+ * how they use it): tile shapes, mbarriers, the copies, ldmatrix and the 128-byte swizzle. */
+#define DTMA_ROWB 128 /* bytes of a tile row (64 elements of 16 bits, or 128 fp8 codes): the
+                       * swizzle's span */
 /* a stage's bytes: K then V, each head_dim / 64 boxes of 16 rows x 128 bytes */
 static __host__ __device__ constexpr int dtma_stage_bytes(int hd) {
     return 2 * (hd / 64) * 16 * DTMA_ROWB;
