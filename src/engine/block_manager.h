@@ -57,7 +57,8 @@ void block_manager_begin_step(BlockManager *bm, int64_t step);
 /* seq is scheduled to compute its tokens up to end (exclusive) in the current step: its
  * registered blocks that end by then become hittable from this step on. */
 void block_manager_mark_scheduled(BlockManager *bm, Sequence *seq, int end);
-/* The step failed: blocks it was to write are no longer hittable. */
+/* The step failed: blocks it was to write are no longer hittable. Every sequence of that step
+ * must then be deallocated (mark_scheduled keeps a per-sequence watermark of marked blocks). */
 void block_manager_forget_step(BlockManager *bm, int64_t step);
 
 int block_manager_num_free(const BlockManager *bm);

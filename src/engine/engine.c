@@ -106,7 +106,35 @@ struct CvllmEngine {
     int want_owners, owners_stale;
     int64_t next_id, requests_added;
     uint64_t seed_counter;  /* seeds unseeded requests */
+
+    /* CVLLM_ENGINE_PROFILE=1: the step's host time by phase, printed at destroy (seconds) */
+    int prof_on;
+    double prof_s[6];
+    int64_t prof_steps;
 };
+
+enum { EP_BEGIN, EP_SCHEDULE, EP_PREPARE, EP_FORWARD, EP_POSTPROCESS, EP_OUTPUTS };
+static const char *const EP_NAMES[6] = {"inbox + frees", "schedule", "step inputs",
+                                        "backend forward", "postprocess", "outputs"};
+
+/* Adds the time since *t to phase k and restarts *t (profiling on). */
+static void prof_lap(CvllmEngine *e, int k, double *t) {
+    if (!e->prof_on) return;
+    double now = now_seconds();
+    e->prof_s[k] += now - *t;
+    *t = now;
+}
+
+static void prof_report(const CvllmEngine *e) {
+    if (!e->prof_on || e->prof_steps == 0) return;
+    double total = 0;
+    for (int k = 0; k < 6; k++) total += e->prof_s[k];
+    fprintf(stderr, "cvllm: engine profile (CVLLM_ENGINE_PROFILE): %lld steps, %.1f ms\n",
+            (long long)e->prof_steps, total * 1e3);
+    for (int k = 0; k < 6; k++)
+        fprintf(stderr, "cvllm: engine profile:   %-15s %9.1f ms (%6.1f us a step)\n", EP_NAMES[k],
+                e->prof_s[k] * 1e3, e->prof_s[k] * 1e6 / (double)e->prof_steps);
+}
 
 void cvllm_engine_options_default(CvllmEngineOptions *o) {
     memset(o, 0, sizeof *o);
@@ -169,6 +197,8 @@ int cvllm_engine_create(const char *model_dir, const CvllmEngineOptions *opts, C
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->seed_counter = 0x9E3779B97F4A7C15ULL;
+    const char *ep = getenv("CVLLM_ENGINE_PROFILE");
+    e->prof_on = ep && strcmp(ep, "0") != 0;
     int rc = config_load(model_dir, &e->cfg);
     if (rc < 0) goto fail;
     rc = weights_load(model_dir, &e->cfg, &e->weights);
@@ -303,6 +333,7 @@ static void request_free(Request *r) {
 
 void cvllm_engine_destroy(CvllmEngine *e) {
     if (!e) return;
+    prof_report(e);
     for (int i = 0; i < e->num_live; i++) request_free(e->live[i]);
     for (int i = 0; i < e->num_inbox; i++) request_free(e->inbox[i].req);
     free(e->live);
@@ -664,7 +695,9 @@ static void deliver(CvllmEngine *e) {
 int cvllm_engine_step(CvllmEngine *e, const CvllmRequestOutput **outs, int *num_outs) {
     if (outs) *outs = NULL;
     if (num_outs) *num_outs = 0;
+    double t = e->prof_on ? now_seconds() : 0;
     begin_step(e);
+    prof_lap(e, EP_BEGIN, &t);
     Sequence **batch = NULL, *refused = NULL;
     int n = 0, is_prefill = 0, rc, generated = 0;
     while ((rc = scheduler_schedule(e->sched, &batch, &n, &is_prefill, &refused)) == CVLLM_ENOMEM) {
@@ -672,12 +705,21 @@ int cvllm_engine_step(CvllmEngine *e, const CvllmRequestOutput **outs, int *num_
         if (!r->error) r->error = xstrdup(cvllm_last_error());
         mark_changed(e, r);
     }
+    prof_lap(e, EP_SCHEDULE, &t);
     int step_rc = rc;
     if (rc == 0 && n > 0) {
         e->num_steps++;
         if (is_prefill)
             for (int i = 0; i < n; i++) e->prompt_tokens_computed += batch[i]->num_scheduled_tokens;
+        double fwd0 = model_runner_forward_seconds(e->runner);
         rc = model_runner_run(e->runner, batch, n, is_prefill, e->sampled);
+        if (e->prof_on) {
+            double fwd = model_runner_forward_seconds(e->runner) - fwd0;
+            prof_lap(e, EP_PREPARE, &t);
+            e->prof_s[EP_PREPARE] -= fwd; /* model_runner_run less the backend's forward */
+            e->prof_s[EP_FORWARD] += fwd;
+            e->prof_steps++;
+        }
         if (rc < 0) {
             step_rc = rc;
             char msg[512];
@@ -716,10 +758,12 @@ int cvllm_engine_step(CvllmEngine *e, const CvllmRequestOutput **outs, int *num_
             }
             e->generated_tokens += generated;
         }
+        prof_lap(e, EP_POSTPROCESS, &t);
     }
     build_outputs(e);
     publish(e);
     deliver(e);
+    prof_lap(e, EP_OUTPUTS, &t);
     if (outs) *outs = e->outs;
     if (num_outs) *num_outs = e->num_outs;
     return step_rc < 0 ? step_rc : generated;

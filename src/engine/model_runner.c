@@ -23,6 +23,7 @@ struct ModelRunner {
     StepInputs in;
     LogitsHook hook;
     void *hook_ctx;
+    double forward_s; /* wall time inside the backend's forward, summed */
 };
 
 ModelRunner *model_runner_create(Backend *backend, int vocab_size, int block_size,
@@ -175,7 +176,9 @@ int model_runner_run(ModelRunner *r, Sequence **seqs, int n, int is_prefill, Sam
                       .top_ids = r->out_top_ids,
                       .top_logprobs = r->out_top_lp,
                       .logits = r->hook ? r->logits : NULL};
+    double t0 = now_seconds();
     int rc = r->backend->forward(r->backend, in, &so);
+    r->forward_s += now_seconds() - t0;
     if (rc < 0) return rc;
     for (int i = 0; i < n; i++) {
         int row = r->logits_row_of_seq[i];
@@ -190,6 +193,8 @@ int model_runner_run(ModelRunner *r, Sequence **seqs, int n, int is_prefill, Sam
     }
     return 0;
 }
+
+double model_runner_forward_seconds(const ModelRunner *r) { return r->forward_s; }
 
 void model_runner_set_logits_hook(ModelRunner *r, LogitsHook fn, void *ctx) {
     r->hook = fn;

@@ -35,6 +35,9 @@ typedef struct {
  * backend's error code. */
 int model_runner_run(ModelRunner *r, Sequence **seqs, int n, int is_prefill, SampledToken *out);
 
+/* Wall seconds spent inside the backend's forward over all runs (the engine's host profile). */
+double model_runner_forward_seconds(const ModelRunner *r);
+
 /* Logits mode (golden tests): the backend also copies each logits row out, and fn is called
  * with each sampled sequence's raw logits [vocab] after the step. NULL turns it off. */
 typedef void (*LogitsHook)(void *ctx, const Sequence *seq, const float *logits, int vocab);

@@ -50,6 +50,8 @@ typedef struct Sequence {
     int num_blocks, cap_blocks;
     int num_registered_blocks; /* block manager bookkeeping: leading blocks of block_table whose
                                   hash is registered in the prefix cache */
+    int num_marked_blocks;     /* block manager bookkeeping: leading registered blocks already
+                                  hittable (written by a step scheduled before or now) */
     int num_preemptions;      /* times this sequence was preempted (0 at its first admission) */
     SamplingParams params;
     CvllmFinishReason finish_reason;

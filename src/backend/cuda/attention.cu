@@ -1224,10 +1224,13 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 static __host__ __device__ constexpr int dtma_stage_bytes(int hd) {
     return 2 * (hd / 64) * 16 * DTMA_ROWB;
 }
-/* a block's dynamic shared memory: its warps' stages and 1 KiB to align them to 1024 bytes (the
- * swizzle pattern repeats every 8 rows of 128 bytes) */
+/* the copy engine's stages start at a multiple of this many bytes of shared memory (the 128-byte
+ * swizzle repeats every 8 rows of 128 bytes): a kernel whose stages it fills asks for this much
+ * more dynamic shared memory, and rounds its base up */
+#define DTMA_ALIGN 1024
+/* a block's dynamic shared memory: its warps' stages and the alignment's slack */
 static __host__ __device__ constexpr int dtma_smem_bytes(int hd, int st) {
-    return DEC_WARPS * st * dtma_stage_bytes(hd) + 1024;
+    return DEC_WARPS * st * dtma_stage_bytes(hd) + DTMA_ALIGN;
 }
 /* the blocks an SM holds: as many as 220 KiB of shared memory hold (each also about 6 KiB of
  * static shared memory), at most 4 */
@@ -1527,8 +1530,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
         };
         if constexpr (ST > 0) {
             extern __shared__ uint4 dtc_dsm[];
-            /* TM: the stages 1024-byte aligned (the swizzle repeats every 8 rows of 128 bytes) */
-            char *dsm = TM ? (char *)(((uintptr_t)dtc_dsm + 1023) & ~(uintptr_t)1023)
+            /* TM: the stages aligned for the copy engine's swizzle */
+            char *dsm = TM ? (char *)(((uintptr_t)dtc_dsm + DTMA_ALIGN - 1) &
+                                      ~(uintptr_t)(DTMA_ALIGN - 1))
                            : (char *)dtc_dsm;
             wst = dsm + warp * ST * dtc_stage_bytes(sizeof(KV), HD);
 #pragma unroll
@@ -1700,9 +1704,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float mrow = -INFINITY, lrow = 0.0f; /* head g's running max (log2 units), this thread's sum */
 
-    /* the warp's stages (1024-byte aligned) and their barriers */
+    /* the warp's stages (aligned for the swizzle) and their barriers */
     extern __shared__ uint8_t dtma_dsm[];
-    const uint32_t dsm0 = (smem_addr(dtma_dsm) + 1023u) & ~1023u;
+    const uint32_t dsm0 = (smem_addr(dtma_dsm) + (DTMA_ALIGN - 1u)) & ~(DTMA_ALIGN - 1u);
     const uint32_t wst = dsm0 + (uint32_t)(warp * ST * SB);
     __shared__ __align__(8) uint64_t sm_bar[DEC_WARPS][ST];
     const uint64_t policy = dtma_warp_init(sm_bar[warp], ST);
@@ -1899,22 +1903,29 @@ static int dtma_kv_maps(const AttentionParams &p, int hd, CUtensorMap *km, CUten
     return rc ? rc : dtma_map(vm, p.v_cache, p.cache_rows, cols, p.kvdt);
 }
 
+/* Launches the shared-memory decode kernel K with SMEM bytes of dynamic shared memory (past 48
+ * KiB a kernel must opt in: once per kernel) over (parts, kv heads, sequences). */
+template <auto K, int SMEM>
+static int launch_decode_smem(const AttentionParams &p, int num_parts, float *ws,
+                              const CUtensorMap &km, const CUtensorMap &vm, cudaStream_t stream) {
+    static bool init = false;
+    if (!init) {
+        cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
+        init = true;
+    }
+    dim3 grid(num_parts, p.n_kv_heads, p.num_seqs);
+    pdl_launch(K, grid, DEC_WARPS * 32, SMEM, stream, p, num_parts, ws, km, vm);
+    return 0;
+}
+
 template <typename KV, int HD, bool FUSE, int ST>
 static int launch_decode_tma_st(const AttentionParams &p, int num_parts, float *ws,
                                 cudaStream_t stream) {
     CUtensorMap km, vm;
     if (int rc = dtma_kv_maps(p, HD, &km, &vm)) return rc;
-    constexpr int SMEM = dtma_smem_bytes(HD, ST);
     constexpr int MINB = dtma_blocks_per_sm(HD, ST);
-    auto k = attention_decode_tma_kernel<KV, HD, FUSE, MINB, ST>;
-    static bool init = false; /* once per instance: beyond 48 KiB needs the opt-in */
-    if (!init) {
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
-        init = true;
-    }
-    dim3 grid(num_parts, p.n_kv_heads, p.num_seqs);
-    pdl_launch(k, grid, DEC_WARPS * 32, SMEM, stream, p, num_parts, ws, km, vm);
-    return 0;
+    return launch_decode_smem<attention_decode_tma_kernel<KV, HD, FUSE, MINB, ST>,
+                              dtma_smem_bytes(HD, ST)>(p, num_parts, ws, km, vm, stream);
 }
 template <typename KV, int HD>
 static int launch_decode_tma(const AttentionParams &p, int num_parts, float *ws,
@@ -1945,17 +1956,10 @@ static int launch_decode_tc_st(const AttentionParams &p, int num_parts, float *w
     CUtensorMap km = {}, vm = {};
     if constexpr (TM)
         if (int rc = dtma_kv_maps(p, HD, &km, &vm)) return rc;
-    constexpr int SMEM = dtc_smem_bytes(sizeof(KV), HD, ST) + (TM ? 1024 : 0);
     constexpr int MINB = dtc_pipe_blocks_per_sm(sizeof(KV), HD, ST);
-    auto k = attention_decode_tc_kernel<KV, HD, FUSE, MINB, ST, TM>;
-    static bool init = false; /* once per instance: beyond 48 KiB needs the opt-in */
-    if (!init) {
-        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM);
-        init = true;
-    }
-    dim3 grid(num_parts, p.n_kv_heads, p.num_seqs);
-    pdl_launch(k, grid, DEC_WARPS * 32, SMEM, stream, p, num_parts, ws, km, vm);
-    return 0;
+    return launch_decode_smem<attention_decode_tc_kernel<KV, HD, FUSE, MINB, ST, TM>,
+                              dtc_smem_bytes(sizeof(KV), HD, ST) + (TM ? DTMA_ALIGN : 0)>(
+        p, num_parts, ws, km, vm, stream);
 }
 template <typename KV, int HD, bool FUSE>
 static int launch_decode_tc_fuse(const AttentionParams &p, int num_parts, float *ws,
