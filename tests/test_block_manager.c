@@ -124,6 +124,40 @@ static void test_unwritten_blocks_forgotten(void **state) {
     block_manager_destroy(bm);
 }
 
+/* A preempted sequence admitted again is marked afresh: its blocks of the first life were taken
+ * by another sequence meanwhile, so the new ones become hittable only when a step of the second
+ * life is scheduled to write them (mark_scheduled's per-sequence watermark starts over). */
+static void test_marks_start_over_after_preemption(void **state) {
+    (void)state;
+    BlockManager *bm = block_manager_create(3, BS, 1);
+    int32_t t[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, u[9] = {11, 12, 13, 14, 15, 16, 17, 18, 19};
+    Sequence *a = make_seq(0, t, 9), *other = make_seq(1, u, 9), *same = make_seq(2, t, 9);
+    block_manager_begin_step(bm, 1);
+    block_manager_allocate(bm, a);
+    block_manager_mark_scheduled(bm, a, 8); /* both full blocks scheduled in step 1 */
+    assert_int_equal(a->num_marked_blocks, 2);
+    block_manager_deallocate(bm, a); /* preempted */
+    assert_int_equal(a->num_marked_blocks, 0);
+    block_manager_begin_step(bm, 2);
+    block_manager_allocate(bm, other); /* takes every block: a's cached ones are evicted */
+    assert_int_equal(other->num_hit_tokens, 0);
+    block_manager_deallocate(bm, other);
+    block_manager_begin_step(bm, 3);
+    block_manager_allocate(bm, a); /* the second life: no hit, its full blocks not yet written */
+    assert_int_equal(a->num_hit_tokens, 0);
+    assert_int_equal(a->num_marked_blocks, 0);
+    block_manager_mark_scheduled(bm, a, 9);
+    assert_int_equal(a->num_marked_blocks, 2);
+    block_manager_deallocate(bm, a); /* its blocks stay cached: step 3 writes them */
+    block_manager_allocate(bm, same);
+    assert_int_equal(same->num_hit_tokens, 8);
+    block_manager_deallocate(bm, same);
+    sequence_destroy(a);
+    sequence_destroy(other);
+    sequence_destroy(same);
+    block_manager_destroy(bm);
+}
+
 static void test_hash_is_xxh64_of_le_bytes(void **state) {
     (void)state;
     /* Different prev hash or tokens give different values; the function is deterministic. */
@@ -489,6 +523,7 @@ int main(void) {
         cmocka_unit_test(test_allocate),
         cmocka_unit_test(test_hash_registration_and_readiness),
         cmocka_unit_test(test_unwritten_blocks_forgotten),
+        cmocka_unit_test(test_marks_start_over_after_preemption),
         cmocka_unit_test(test_hash_is_xxh64_of_le_bytes),
         cmocka_unit_test(test_prefix_hit_ref_count),
         cmocka_unit_test(test_full_prompt_hit_recomputes_last_token),
