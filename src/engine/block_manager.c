@@ -305,8 +305,9 @@ void block_manager_begin_step(BlockManager *bm, int64_t step) { bm->step = step;
 
 /* Only the blocks past seq's watermark: the ones before it became hittable at an earlier step
  * (or now) and stay so, since ready_step only goes back (block_manager_forget_step) for blocks
- * marked in a step that failed, and a failed step's sequences are all deallocated. Walking the
- * whole table every step cost ~40 ms of host time over the default benchmark workload. */
+ * marked in a step that failed, and a failed step's sequences are all deallocated. (Walking the
+ * whole table every step was a third of the engine's host time on the default benchmark
+ * workload.) */
 void block_manager_mark_scheduled(BlockManager *bm, Sequence *seq, int end) {
     int full = end / bm->block_size;
     if (full > seq->num_registered_blocks) full = seq->num_registered_blocks;

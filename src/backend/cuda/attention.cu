@@ -1532,8 +1532,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
             extern __shared__ uint4 dtc_dsm[];
             /* TM: the stages aligned for the copy engine's swizzle, by an offset from the
              * shared array itself: a pointer rebuilt from an integer loses its state space, and
-             * every fragment read became a generic load (ld.v4 instead of ld.shared.v4: the fp8
-             * kernel's largest stall, Nsight Compute, 2026-11-25) */
+             * every fragment read became a generic load (ld.v4 instead of ld.shared.v4) */
             char *dsm = (char *)dtc_dsm;
             if constexpr (TM)
                 dsm += (DTMA_ALIGN - (smem_addr(dtc_dsm) & (DTMA_ALIGN - 1))) & (DTMA_ALIGN - 1);
