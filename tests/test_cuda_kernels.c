@@ -1616,7 +1616,47 @@ static void test_sampler_cluster(void **state) {
         }
 }
 
+/* The decode attention's launch order (host code): the lanes by context length, longest first,
+ * ties in lane order, against a sort of (2^31 - 1 - length, lane) pairs: ties, contexts of 0 and
+ * below, one lane, lengths of one to four bytes. */
+static int cmp_u64(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+static void test_decode_order(void **state) {
+    (void)state;
+    enum { SMAX = 300 };
+    int32_t ctx[SMAX], order[SMAX];
+    uint64_t keys[SMAX], ref[SMAX];
+    const int32_t spans[] = {1, 3, 200, 40960, 1 << 20, INT32_MAX};
+    uint64_t s = 12345;
+    for (int trial = 0; trial < 60; trial++) {
+        const int S = trial % 10 == 0 ? 1 : 1 + (int)(s % SMAX);
+        const int32_t span = spans[trial % 6];
+        for (int i = 0; i < S; i++) {
+            s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+            ctx[i] = (int32_t)(s % (uint64_t)span);
+            if (s % 17 == 0) ctx[i] = -(int32_t)(s % 5); /* a padded lane */
+        }
+        for (int i = 0; i < S; i++) {
+            const int64_t len = ctx[i] > 0 ? ctx[i] : 0;
+            ref[i] = (uint64_t)(INT32_MAX - len) << 32 | (uint32_t)i;
+        }
+        qsort(ref, (size_t)S, sizeof *ref, cmp_u64);
+        attention_decode_order(ctx, S, keys, order);
+        for (int i = 0; i < S; i++)
+            if (order[i] != (int32_t)(ref[i] & 0xffffffffu))
+                fail_msg("trial %d (S %d, span %d): order[%d] = %d, expected %d", trial, S, span,
+                         i, order[i], (int)(ref[i] & 0xffffffffu));
+    }
+}
+
 int main(void) {
+    /* CVLLM_TEST_FILTER=test_attention* (a cmocka glob on the whole name): for sanitizer runs */
+    if (getenv("CVLLM_TEST_FILTER")) cmocka_set_test_filter(getenv("CVLLM_TEST_FILTER"));
+    /* host code first: it runs without a GPU too */
+    const struct CMUnitTest host_tests[] = {cmocka_unit_test(test_decode_order)};
+    if (cmocka_run_group_tests_name("host", host_tests, NULL, NULL)) return 1;
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
         printf("skipped: no GPU\n");
@@ -1647,8 +1687,6 @@ int main(void) {
         cmocka_unit_test(test_sampler_ranges),
         cmocka_unit_test(test_sampler_cluster),
     };
-    /* CVLLM_TEST_FILTER=test_attention* (a cmocka glob on the whole name): for sanitizer runs */
-    if (getenv("CVLLM_TEST_FILTER")) cmocka_set_test_filter(getenv("CVLLM_TEST_FILTER"));
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cudaStreamDestroy(g_stream);
     threadpool_destroy(g_pool);

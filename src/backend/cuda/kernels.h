@@ -179,8 +179,8 @@ int attention_decode_uses_tma(const AttentionParams *p);
 int attention_decode_cuda(const AttentionParams *p, int num_parts, void *d_ws, cudaStream_t stream);
 /* The backend's seq_order (host code, backend_cuda.c): the S lanes by context length, longest
  * first (ties: lower index first), so that the blocks that start last, when the GPU runs out of
- * blocks to start, are the shortest (a long context starting late was a step's tail). Sorts keys
- * (2^31 - 1 - length) << 32 | index; keys: S of scratch. */
+ * blocks to start, are the shortest (a long context starting late was a step's tail); a context
+ * of 0 or less counts as 0. keys: S words of scratch. */
 void attention_decode_order(const int32_t *ctx, int S, uint64_t *keys, int32_t *order);
 
 /* Prefill (varlen, causal, cached prefix read through the block table): flash-attention style,
