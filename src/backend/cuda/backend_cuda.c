@@ -1040,12 +1040,12 @@ static int copy_inputs(CudaBackend *c, int T, int S, int n_logits, int order) {
 /* A stable LSD radix sort of the lane indices by (longest length - length), 8 bits a pass, as
  * many passes as the longest length has bytes: about 2 us for 256 lanes where qsort took 15 us
  * of the step's host time (the GPU idles then). */
-void attention_decode_order(const int32_t *ctx, int S, uint64_t *keys, int32_t *order) {
+void attention_decode_order(const int32_t *ctx, int S, uint64_t *scratch, int32_t *order) {
     int32_t longest = 0;
     for (int i = 0; i < S; i++)
         if (ctx[i] > longest) longest = ctx[i];
 #define DKEY(i) ((uint32_t)(longest - (ctx[i] > 0 ? ctx[i] : 0)))
-    int32_t *src = order, *dst = (int32_t *)keys; /* keys: room for 2 S indices */
+    int32_t *src = order, *dst = (int32_t *)scratch; /* room for 2 S indices */
     for (int i = 0; i < S; i++)
         src[i] = i;
     for (int shift = 0;; shift += 8) {

@@ -180,8 +180,8 @@ int attention_decode_cuda(const AttentionParams *p, int num_parts, void *d_ws, c
 /* The backend's seq_order (host code, backend_cuda.c): the S lanes by context length, longest
  * first (ties: lower index first), so that the blocks that start last, when the GPU runs out of
  * blocks to start, are the shortest (a long context starting late was a step's tail); a context
- * of 0 or less counts as 0. keys: S words of scratch. */
-void attention_decode_order(const int32_t *ctx, int S, uint64_t *keys, int32_t *order);
+ * of 0 or less counts as 0. scratch: S 64-bit words. */
+void attention_decode_order(const int32_t *ctx, int S, uint64_t *scratch, int32_t *order);
 
 /* Prefill (varlen, causal, cached prefix read through the block table): flash-attention style,
  * a block per (32-query tile, query head, sequence), keys in 32-key shared-memory tiles with an
