@@ -3,6 +3,7 @@
  *   gemm       the qwen3-0.6b products (bf16 in, f32 out, as gemm_cuda routes them: gemv.cu or
  *              cuBLASLt) at T tokens: TFLOP/s, GB/s; up to 256 tokens also as a decode step runs
  *              them (in a CUDA graph, weights from memory)
+ *   gemm-algos the decode-sized products with each of cuBLASLt's first 16 algorithms (not in all)
  *   attention  paged decode attention (16 heads / 8 kv heads, head_dim 128, bf16 and fp8 cache)
  *              at batch B over a context of C tokens, each sequence its own cache blocks: GB/s of
  *              K/V read; prefill attention of one sequence
@@ -166,6 +167,60 @@ static int bench_gemm(cudaStream_t st) {
                 printf("\n");
         }
     gemm_destroy(g);
+    cudaFree(ws), cudaFree(x), cudaFree(w), cudaFree(y);
+    return 0;
+}
+
+/* gemm-algos: the decode-sized products with each of cuBLASLt's first GEMM_RANKS algorithms for
+ * the shape (the heuristic's order), timed as a decode step runs them (gemm_graph_us). */
+#define GEMM_RANKS 16
+static int bench_gemm_algos(cudaStream_t st) {
+    const int shapes[][2] = {
+        {4096, 1024}, {1024, 2048}, {6144, 1024}, {1024, 3072}, {151936, 1024}};
+    const char *names[] = {"qkv", "o_proj", "gate_up", "down", "lm_head"};
+    const int Ts[] = {8, 16, 32, 64, 128, 256};
+    void *ws, *x, *w;
+    float *y;
+    BCHECK(cudaMalloc(&ws, 32 << 20));
+    BCHECK(cudaMalloc(&x, (size_t)256 * 3072 * 2));
+    BCHECK(cudaMalloc(&w, (size_t)151936 * 1024 * 2));
+    BCHECK(cudaMalloc((void **)&y, (size_t)256 * 151936 * 4));
+    fill_random_bf16(x, (size_t)256 * 3072);
+    fill_random_bf16(w, (size_t)151936 * 1024);
+    CudaGemm *g[GEMM_RANKS];
+    for (int r = 0; r < GEMM_RANKS; r++) {
+        BOK(gemm_create(&g[r], ws, 32 << 20));
+        BOK(gemm_set_algo_rank(g[r], r));
+    }
+    printf("gemm-algos: cuBLASLt's first %d algorithms a decode-sized product (bf16 in, f32 out), "
+           "%d in a CUDA graph, each its own weights: us a product\n",
+           GEMM_RANKS, GEMM_GRAPH);
+    for (int si = 0; si < 5; si++)
+        for (int ti = 0; ti < 6; ti++) {
+            const int T = Ts[ti], N = shapes[si][0], K = shapes[si][1];
+            int nw = (int)((size_t)151936 * 1024 / ((size_t)N * K));
+            nw = nw > GEMM_GRAPH ? GEMM_GRAPH : nw < 1 ? 1 : nw;
+            float first = -1, best = -1;
+            int best_r = -1;
+            for (int r = 0; r < GEMM_RANKS; r++) {
+                GemmCtx c = {g[r], y, x, w, T, N, K};
+                if (gemm_launch(&c, st) != 0 || cudaStreamSynchronize(st) != cudaSuccess) {
+                    cudaGetLastError();
+                    break; /* fewer algorithms than r + 1 */
+                }
+                const float us = gemm_graph_us(&c, nw, st);
+                char desc[160];
+                gemm_algo_desc(g[r], T, N, K, N, DTYPE_BF16, desc, sizeof desc);
+                printf("  %-8s T %4d  [%6d x %4d]  #%-2d %8.2f us  %6.0f GB/s  %s\n", names[si], T,
+                       N, K, r, us, (double)N * K * 2 / (us * 1e3), desc);
+                if (us > 0 && r == 0) first = us;
+                if (us > 0 && (best < 0 || us < best)) best = us, best_r = r;
+            }
+            printf("  %-8s T %4d  best #%d %.2f us against #0 %.2f us (%.1f%%)\n", names[si], T,
+                   best_r, best, first, first > 0 ? 100.0 * (first - best) / first : 0.0);
+        }
+    for (int r = 0; r < GEMM_RANKS; r++)
+        gemm_destroy(g[r]);
     cudaFree(ws), cudaFree(x), cudaFree(w), cudaFree(y);
     return 0;
 }
@@ -591,6 +646,7 @@ int bench_cuda_ops(int argc, char **argv) {
     BCHECK(cudaStreamCreate(&st));
     int rc = 0, any = 0;
     if (!strcmp(what, "all") || !strcmp(what, "gemm")) any = 1, rc |= bench_gemm(st);
+    if (!strcmp(what, "gemm-algos")) any = 1, rc |= bench_gemm_algos(st);
     if (!strcmp(what, "all") || !strcmp(what, "attention"))
         any = 1, rc |= bench_attention(p.multiProcessorCount, st);
     if (!strcmp(what, "all") || !strcmp(what, "decode")) any = 1, rc |= bench_decode();
@@ -598,7 +654,8 @@ int bench_cuda_ops(int argc, char **argv) {
     cudaStreamDestroy(st);
     if (!any) {
         fprintf(stderr,
-                "usage: cvllm bench ops --device cuda [gemm|attention|decode|sampler|all]\n");
+                "usage: cvllm bench ops --device cuda "
+                "[gemm|gemm-algos|attention|decode|sampler|all]\n");
         return 2;
     }
     return rc;

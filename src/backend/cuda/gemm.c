@@ -6,7 +6,9 @@
  *
  * A plan (descriptors + the heuristic's algorithm) is made once per shape and kept in a small
  * table, so that a step (and a CUDA graph capture) only calls cublasLtMatmul. The workspace is the
- * caller's: no allocation happens in a product. */
+ * caller's: no allocation happens in a product. gemm_set_algo_rank takes another of the
+ * heuristic's algorithms (`bench ops gemm-algos`: none is faster by more than a few percent at
+ * decode sizes, H100 2026-11-25). */
 #include <cublasLt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 #include "common.h"
 
 #define GEMM_MAX_PLANS 64
+#define GEMM_MAX_ALGOS 32
 
 typedef struct {
     int T, N, K;
@@ -31,12 +34,18 @@ struct CudaGemm {
     size_t ws_bytes;
     GemmPlan plans[GEMM_MAX_PLANS];
     int num_plans, next_evict;
+    int algo_rank; /* gemm_set_algo_rank: the heuristic's algorithm taken (0: its first) */
 };
 
 static int lt_error(cublasStatus_t st, int line, const char *what) {
     return cvllm_errorf(CVLLM_EBACKEND, "cuda backend: gemm.c:%d: %s: cuBLASLt status %d (%s)",
                         line, what, (int)st, cublasLtGetStatusString(st));
 }
+#define TRY_RC(x)                                                                                  \
+    do {                                                                                           \
+        int rc_ = (x);                                                                             \
+        if (rc_) return rc_;                                                                       \
+    } while (0)
 #define LT_TRY(call)                                                                               \
     do {                                                                                           \
         cublasStatus_t st_ = (call);                                                               \
@@ -54,6 +63,14 @@ int gemm_create(CudaGemm **out, void *d_ws, size_t ws_bytes) {
     g->ws = d_ws;
     g->ws_bytes = ws_bytes;
     *out = g;
+    return 0;
+}
+
+int gemm_set_algo_rank(CudaGemm *g, int rank) {
+    if (rank < 0 || rank >= GEMM_MAX_ALGOS)
+        return cvllm_errorf(CVLLM_EINVAL, "cuda backend: gemm algorithm rank %d not in 0..%d",
+                            rank, GEMM_MAX_ALGOS - 1);
+    g->algo_rank = rank;
     return 0;
 }
 
@@ -77,6 +94,30 @@ static cudaDataType_t cuda_type(DType dt) {
     return dt == DTYPE_BF16 ? CUDA_R_16BF : dt == DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
+/* The heuristic's first n algorithms for p (n <= GEMM_MAX_ALGOS) into res, how many in *found
+ * (at least 1, or an error). */
+static int plan_algos(CudaGemm *g, GemmPlan *p, int n, cublasLtMatmulHeuristicResult_t *res,
+                      int *found) {
+    cublasLtMatmulPreference_t pref;
+    LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->ws_bytes, sizeof g->ws_bytes);
+    *found = 0;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->d, p->d, pref, n, res,
+                                            found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return lt_error(st, __LINE__, "cublasLtMatmulAlgoGetHeuristic");
+    if (*found < 1)
+        return cvllm_errorf(
+            CVLLM_EBACKEND,
+            "cuda backend: cuBLASLt has no algorithm for a %s [%d, %d] x [%d, %d]^T "
+            "product",
+            dtype_name(p->adt), p->T, p->K, p->N, p->K);
+    return 0;
+}
+
 static int plan_make(CudaGemm *g, GemmPlan *p, int T, int N, int K, int64_t ldy, DType adt) {
     memset(p, 0, sizeof *p);
     p->T = T, p->N = N, p->K = K, p->ldy = ldy, p->adt = adt;
@@ -89,25 +130,15 @@ static int plan_make(CudaGemm *g, GemmPlan *p, int T, int N, int K, int64_t ldy,
     LT_TRY(cublasLtMatrixLayoutCreate(&p->a, in, K, N, K));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->b, in, K, T, K));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, N, T, ldy));
-    cublasLtMatmulPreference_t pref;
-    LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
-    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->ws_bytes, sizeof g->ws_bytes);
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &res,
-                                            &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (st != CUBLAS_STATUS_SUCCESS)
-        return lt_error(st, __LINE__, "cublasLtMatmulAlgoGetHeuristic");
-    if (found < 1)
-        return cvllm_errorf(
-            CVLLM_EBACKEND,
-            "cuda backend: cuBLASLt has no algorithm for a %s [%d, %d] x [%d, %d]^T "
-            "product",
-            dtype_name(adt), T, K, N, K);
-    p->algo = res.algo;
+    cublasLtMatmulHeuristicResult_t res[GEMM_MAX_ALGOS];
+    int found;
+    TRY_RC(plan_algos(g, p, g->algo_rank + 1, res, &found));
+    if (found <= g->algo_rank)
+        return cvllm_errorf(CVLLM_EBACKEND,
+                            "cuda backend: cuBLASLt has %d algorithms for a [%d, %d] x [%d, %d]^T "
+                            "product, not %d",
+                            found, T, K, N, K, g->algo_rank + 1);
+    p->algo = res[g->algo_rank].algo;
     return 0;
 }
 
@@ -154,4 +185,29 @@ int gemm_cuda(CudaGemm *g, float *d_y, int64_t ldy, const void *d_x, const void 
     LT_TRY(cublasLtMatmul(g->lt, p->op, &alpha, d_w, p->a, d_x, p->b, &beta, d_y, p->d, d_y, p->d,
                           &p->algo, g->ws, g->ws_bytes, stream));
     return 0;
+}
+
+int gemm_algo_desc(CudaGemm *g, int T, int N, int K, int64_t ldy, DType adt, char *buf, size_t n) {
+    for (int i = 0; i < g->num_plans; i++) {
+        GemmPlan *q = &g->plans[i];
+        if (q->T != T || q->N != N || q->K != K || q->ldy != ldy || q->adt != adt) continue;
+        int id = -1, tile = -1, splitk = -1, stages = -1, swz = -1, cluster = -1;
+        size_t w;
+        cublasLtMatmulAlgoConfigGetAttribute(&q->algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);
+        cublasLtMatmulAlgoConfigGetAttribute(&q->algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
+                                             sizeof tile, &w);
+        cublasLtMatmulAlgoConfigGetAttribute(&q->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk,
+                                             sizeof splitk, &w);
+        cublasLtMatmulAlgoConfigGetAttribute(&q->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
+                                             sizeof stages, &w);
+        cublasLtMatmulAlgoConfigGetAttribute(&q->algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz,
+                                             sizeof swz, &w);
+        cublasLtMatmulAlgoConfigGetAttribute(&q->algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
+                                             &cluster, sizeof cluster, &w);
+        snprintf(buf, n, "algo %d tile %d splitk %d stages %d swizzle %d cluster %d", id, tile,
+                 splitk, stages, swz, cluster);
+        return 0;
+    }
+    snprintf(buf, n, "(no plan)");
+    return -1;
 }

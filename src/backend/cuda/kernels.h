@@ -204,6 +204,11 @@ void gemm_destroy(CudaGemm *g);
  * accumulation (bf16/f16 on the tensor cores; f32 exactly, no TF32). CPU: matmul_cpu. */
 int gemm_cuda(CudaGemm *g, float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType adt,
               int T, int N, int K, cudaStream_t stream);
+/* Plans made from now on take the heuristic's rank-th algorithm (0: its first, the default;
+ * bench ops gemm-algos). A plan whose product has no rank-th one fails. */
+int gemm_set_algo_rank(CudaGemm *g, int rank);
+/* The cuBLASLt configuration of the plan for this product into buf (bench); -1 if none. */
+int gemm_algo_desc(CudaGemm *g, int T, int N, int K, int64_t ldy, DType adt, char *buf, size_t n);
 
 /* y[T, N] (row stride ldy, f32) = x[T, K] @ W[N, K]^T for a few tokens (gemv.cu): bf16 / f16,
  * T <= 8, K a multiple of 8, x and W 16-byte aligned (gemv_cuda_supported). gemm_cuda takes it
