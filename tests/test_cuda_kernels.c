@@ -475,27 +475,31 @@ static void test_fp8_conversions(void **state) {
 static void test_silu_mul_gather_bias(void **state) {
     (void)state;
     const int T = 13, H = 200;
-    for (int ci = 0; ci < 6; ci++) {
-        const DType dt = DTYPES[ci % 3];
-        const int I = ci < 3 ? 771 : 772; /* the one-element kernel, then the 16-byte one */
+    /* gu in f32, then in the output's dtype (the gate/up product's "gu16" output) */
+    for (int ci = 0; ci < 12; ci++) {
+        const DType dt = DTYPES[ci % 3], gudt = ci < 6 ? DTYPE_F32 : dt;
+        const int I = ci % 6 < 3 ? 771 : 772; /* the one-element kernel, then the vector one */
         float *gu = xmalloc((size_t)T * 2 * I * 4), *ref = xmalloc((size_t)T * I * 4),
               *got = xmalloc((size_t)T * I * 4);
         for (int64_t i = 0; i < (int64_t)T * 2 * I; i++)
-            gu[i] = 6 * frand();
+            gu[i] = round_to(gudt, 6 * frand());
         for (int t = 0; t < T; t++) {
             memcpy(ref + (int64_t)t * I, gu + (int64_t)t * 2 * I, I * 4);
             silu_mul_cpu(ref + (int64_t)t * I, gu + (int64_t)t * 2 * I + I, I);
         }
-        float *dgu = dev_upload(gu, (size_t)T * 2 * I * 4);
+        void *guh = pack(gudt, gu, (int64_t)T * 2 * I);
+        void *dgu = dev_upload(guh, (size_t)T * 2 * I * dtype_size(gudt));
         void *dg = dev_poisoned((size_t)T * I * dtype_size(dt));
-        OK(silu_mul_cuda(dg, dt, dgu, T, I, g_stream));
+        OK(silu_mul_cuda(dg, dt, dgu, gudt, T, I, g_stream));
         void *hg = xmalloc((size_t)T * I * dtype_size(dt));
         dev_download(hg, dg, (size_t)T * I * dtype_size(dt));
         unpack(dt, hg, got, (int64_t)T * I);
         compare("silu_mul", got, ref, (int64_t)T * I, tol_for(dt, 2e-6));
         cudaFree(dgu), cudaFree(dg);
-        free(gu), free(ref), free(got), free(hg);
+        free(gu), free(guh), free(ref), free(got), free(hg);
     }
+    /* a 16-bit gu for another output dtype is refused */
+    assert_int_not_equal(silu_mul_cuda(NULL, DTYPE_F32, NULL, DTYPE_BF16, 1, 4, g_stream), 0);
     /* gather + bias */
     float *x = xmalloc((size_t)T * H * 4), *bias = xmalloc(H * 4),
           *ref = xmalloc((size_t)T * H * 4), *got = xmalloc((size_t)T * H * 4);
@@ -551,21 +555,33 @@ static void test_gemm(void **state) {
             void *xh = pack(dt, x, (int64_t)T * K), *wh = pack(dt, w, (int64_t)N * K);
             void *dxh = dev_upload(xh, (size_t)T * K * dtype_size(dt)),
                  *dwh = dev_upload(wh, (size_t)N * K * dtype_size(dt));
-            float *dy = dev_poisoned((size_t)T * ldy * 4);
-            OK(gemm_cuda(g, dy, ldy, dxh, dwh, dt, T, N, K, g_stream));
-            float *got = xmalloc((size_t)T * ldy * 4), *ref = xmalloc((size_t)T * N * 4),
-                  *gotc = xmalloc((size_t)T * N * 4);
-            dev_download(got, dy, (size_t)T * ldy * 4);
-            for (int t = 0; t < T; t++)
-                memcpy(gotc + (int64_t)t * N, got + t * ldy, (size_t)N * 4);
+            float *ref = xmalloc((size_t)T * N * 4), *gotc = xmalloc((size_t)T * N * 4);
             MatmulArgs a = {
                 .x = x, .ldx = K, .T = T, .w = w, .wdt = DTYPE_F32, .K = K, .y = ref, .ldy = N};
             matmul_rows_scalar(&a, 0, N);
-            char what[64];
-            snprintf(what, sizeof what, "gemm %s [%d,%d]x[%d,%d]^T", dtype_name(dt), T, K, N, K);
-            compare(what, gotc, ref, (int64_t)T * N, dt == DTYPE_F32 ? 2e-5 : 1e-4);
-            cudaFree(dxh), cudaFree(dwh), cudaFree(dy);
-            free(x), free(w), free(xh), free(wh), free(got), free(ref), free(gotc);
+            /* f32 output (gemm_cuda), then the inputs' dtype (gemm_cuda_to, the "gu16" product) */
+            for (int oi = 0; oi < (dt == DTYPE_F32 ? 1 : 2); oi++) {
+                const DType ydt = oi ? dt : DTYPE_F32;
+                const size_t ys = dtype_size(ydt);
+                void *dy = dev_poisoned((size_t)T * ldy * ys);
+                if (oi)
+                    OK(gemm_cuda_to(g, dy, ydt, ldy, dxh, dwh, dt, T, N, K, g_stream));
+                else
+                    OK(gemm_cuda(g, dy, ldy, dxh, dwh, dt, T, N, K, g_stream));
+                char *got = xmalloc((size_t)T * ldy * ys);
+                dev_download(got, dy, (size_t)T * ldy * ys);
+                for (int t = 0; t < T; t++)
+                    unpack(ydt, got + (size_t)t * ldy * ys, gotc + (int64_t)t * N, N);
+                char what[80];
+                snprintf(what, sizeof what, "gemm %s [%d,%d]x[%d,%d]^T -> %s", dtype_name(dt), T, K,
+                         N, K, dtype_name(ydt));
+                compare(what, gotc, ref, (int64_t)T * N,
+                        dt == DTYPE_F32 ? 2e-5 : oi ? tol_for(dt, 0) : 1e-4);
+                cudaFree(dy);
+                free(got);
+            }
+            cudaFree(dxh), cudaFree(dwh);
+            free(x), free(w), free(xh), free(wh), free(ref), free(gotc);
         }
     gemm_destroy(g);
     cudaFree(ws);
@@ -593,7 +609,7 @@ static void test_gemv_silu_pair(void **state) {
             float *dgu = dev_poisoned((size_t)2 * N * 4);
             OK(gemv_silu_pair_cuda(dg, dx, dw, dt, N, K, g_stream));
             OK(gemv_cuda(dgu, 2 * N, dx, dw, dt, 1, 2 * N, K, g_stream));
-            OK(silu_mul_cuda(dg2, dt, dgu, 1, N, g_stream));
+            OK(silu_mul_cuda(dg2, dt, dgu, DTYPE_F32, 1, N, g_stream));
             void *h1 = xmalloc((size_t)N * es), *h2 = xmalloc((size_t)N * es);
             float *g1 = xmalloc((size_t)N * 4), *g2 = xmalloc((size_t)N * 4),
                   *gu = xmalloc((size_t)2 * N * 4), *ref = xmalloc((size_t)N * 4);

@@ -14,8 +14,10 @@
  * residual_rmsnorm_cuda, gemm_cuda ids = sample(logits) sampler_cuda (logits stay on the GPU)
  *
  * Numbers: matrix products take the model's dtype (bf16 / f16; f32 models in exact f32) and
- * accumulate in f32 into f32 outputs; the residual stream, q/k/v and the norms are f32; the
- * KV cache holds the model's dtype by default (--kv-cache-dtype auto, as vLLM on a GPU).
+ * accumulate in f32 into f32 outputs, except gate/up, whose f32 sums are rounded to the model's
+ * dtype (as transformers' bf16 nn.Linear writes them; CVLLM_CUDA_FUSE without "gu16": f32); the
+ * residual stream, q/k/v and the norms are f32; the KV cache holds the model's dtype by default
+ * (--kv-cache-dtype auto, as vLLM on a GPU).
  *
  * Memory (all allocated at create / init_kv_cache / warmup, none in a step): the weights in one
  * device buffer, in their stored dtype, copied from the mmapped safetensors (q/k/v and gate/up
@@ -120,7 +122,7 @@ typedef struct {
     float *qkv;    /* [Tmax, qkvd] */
     void *att;     /* [Tmax, qd] attention output (adt) */
     float *tmp;    /* [Tmax, H] product outputs added to x */
-    float *gu;     /* [Tmax, 2 I] */
+    void *gu;      /* [Tmax, 2 I] of gudt */
     void *g;       /* [Tmax, I] (adt) */
     float *xl;     /* [Smax, H] rows whose logits are wanted */
     void *hl;      /* [Smax, H] (adt) */
@@ -144,6 +146,9 @@ typedef struct {
     int silu_pair;    /* one-token steps: the gate/up GEMV applies SiLU (fusion "silu"; only
                        * where gemv.cu takes the shapes and its grid is one wave:
                        * gemv_silu_pair_one_wave; set by alloc_workspace) */
+    DType gudt;       /* the gate/up product's output: adt (transformers' rounding of a bf16
+                       * nn.Linear; half the bytes written and read back by silu_mul), or f32
+                       * without fusion "gu16" */
     int fuse_qk;      /* decode steps of at most FUSE_QK_MAX_SEQS sequences (any number with
                        * GQA groups up to FUSE_QK_ANY_GROUP): the attention kernel norms,
                        * rotates and stores the raw qkv rows itself (fusion "qk";
@@ -426,7 +431,8 @@ static int list_has(const char *e, const char *name) {
 
 /* Whether the fusion named `name` is on: CVLLM_CUDA_FUSE unset or 1: every one; 0: none; else a
  * comma-separated list of the ones on ("silu": the gate/up GEMV with SiLU at one token; "qk": the
- * q/k norm, rope and K/V store inside the decode attention kernel). */
+ * q/k norm, rope and K/V store inside the decode attention kernel; "gu16": the gate/up product
+ * writes the model's dtype for silu_mul, not f32). */
 static int fusion_on(const char *name) {
     const char *e = getenv("CVLLM_CUDA_FUSE");
     if (!e || !*e || strcmp(e, "1") == 0) return 1;
@@ -510,6 +516,7 @@ static int alloc_workspace(CudaBackend *c) {
     }
     CUDA_TRY(cudaMemset(c->d_sampler_scratch, 0, sampler_cuda_scratch_bytes(c->Smax, c->V)));
     c->fuse_qk = fusion_on("qk");
+    c->gudt = fusion_on("gu16") ? c->adt : DTYPE_F32;
     c->skip = skip_classes();
     c->silu_pair = fusion_on("silu") &&
                    gemv_cuda_supported(c->adt, 1, c->H, c->h, c->layers[0].gu_w) &&
@@ -947,10 +954,10 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
         if (pair) { /* one token: gate/up and SiLU in one launch (rows of a rank: its own) */
             RUN(PC_GEMM, gemv_silu_pair_cuda(c->g, c->h, cl->gu_w, c->adt, c->I, H, st));
         } else {
-            RUN(PC_GEMM,
-                gemm_cuda(c->gemm, c->gu, 2 * c->I, c->h, cl->gu_w, c->adt, T, 2 * c->I, H, st));
+            RUN(PC_GEMM, gemm_cuda_to(c->gemm, c->gu, c->gudt, 2 * c->I, c->h, cl->gu_w, c->adt, T,
+                                      2 * c->I, H, st));
             PROF(c, PC_OTHER);
-            RUN(PC_OTHER, silu_mul_cuda(c->g, c->adt, c->gu, T, c->I, st));
+            RUN(PC_OTHER, silu_mul_cuda(c->g, c->adt, c->gu, c->gudt, T, c->I, st));
         }
         PROF(c, PC_GEMM);
         RUN(PC_GEMM, gemm_cuda(c->gemm, c->tmp, H, c->g, cl->down_w, c->adt, T, H, c->I, st));

@@ -356,41 +356,55 @@ extern "C" int store_kvcache_cuda(const float *d_k, const float *d_v, int64_t ld
 
 /* ------------------------------------------------------------------ silu * mul */
 
-template <typename A> __global__ void silu_mul_kernel(A *g, const float *gu, int I) {
+template <typename A, typename G> __global__ void silu_mul_kernel(A *g, const G *gu, int I) {
     pdl_wait();
     pdl_trigger();
     const int64_t t = blockIdx.y;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= I) return;
-    const float a = gu[t * 2 * I + i], u = gu[t * 2 * I + I + i];
+    const float a = to_f32(gu[t * 2 * I + i]), u = to_f32(gu[t * 2 * I + I + i]);
     g[t * I + i] = from_f32<A>(a / (1.0f + expf(-a)) * u);
 }
 
-/* The same four elements a thread (I % 4 == 0, 16-byte aligned rows): 16-byte loads */
-template <typename A> __global__ void silu_mul4_kernel(A *g, const float *gu, int I) {
+/* Four elements of G from p (aligned to 4 * sizeof(G)) as f32 */
+__device__ __forceinline__ float4 load4(const float *p) { return *(const float4 *)p; }
+template <typename G> __device__ __forceinline__ float4 load4(const G *p) {
+    const Vec4<G> v = *(const Vec4<G> *)p;
+    return make_float4(to_f32(v.v[0]), to_f32(v.v[1]), to_f32(v.v[2]), to_f32(v.v[3]));
+}
+
+/* The same four elements a thread (I % 4 == 0, rows aligned to 4 elements): 16-byte (f32) or
+ * 8-byte (16-bit gu) loads */
+template <typename A, typename G> __global__ void silu_mul4_kernel(A *g, const G *gu, int I) {
     pdl_wait();
     pdl_trigger();
     const int64_t t = blockIdx.y;
     const int i = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
     if (i >= I) return;
-    const float4 a = *(const float4 *)(gu + t * 2 * I + i),
-                 u = *(const float4 *)(gu + t * 2 * I + I + i);
+    const float4 a = load4(gu + t * 2 * I + i), u = load4(gu + t * 2 * I + I + i);
     store4<A>(g + t * I + i, a.x / (1.0f + expf(-a.x)) * u.x, a.y / (1.0f + expf(-a.y)) * u.y,
               a.z / (1.0f + expf(-a.z)) * u.z, a.w / (1.0f + expf(-a.w)) * u.w);
 }
 
-extern "C" int silu_mul_cuda(void *d_g, DType adt, const float *d_gu, int T, int I,
+template <typename A, typename G>
+static void launch_silu_mul(A *g, const G *gu, int T, int I, cudaStream_t stream) {
+    if (I % 4 == 0 && ((uintptr_t)gu & (4 * sizeof(G) - 1)) == 0 &&
+        ((uintptr_t)g & (4 * sizeof(A) - 1)) == 0)
+        pdl_launch(silu_mul4_kernel<A, G>, dim3((I / 4 + 255) / 256, T), 256, 0, stream, g, gu, I);
+    else
+        pdl_launch(silu_mul_kernel<A, G>, dim3((I + 255) / 256, T), 256, 0, stream, g, gu, I);
+}
+
+extern "C" int silu_mul_cuda(void *d_g, DType adt, const void *d_gu, DType gudt, int T, int I,
                              cudaStream_t stream) {
     if (T <= 0) return 0;
-    if (I % 4 == 0 && aligned16(d_gu) && ((uintptr_t)d_g & (4 * act_bytes(adt) - 1)) == 0) {
-        dim3 grid((I / 4 + 255) / 256, T);
-        DISPATCH_DTYPE(adt, A,
-                       pdl_launch(silu_mul4_kernel<A>, grid, 256, 0, stream, (A *)d_g, d_gu, I));
-    } else {
-        dim3 grid((I + 255) / 256, T);
-        DISPATCH_DTYPE(adt, A,
-                       pdl_launch(silu_mul_kernel<A>, grid, 256, 0, stream, (A *)d_g, d_gu, I));
-    }
+    if (gudt != DTYPE_F32 && gudt != adt)
+        return cvllm_errorf(CVLLM_EINVAL, "cuda silu_mul: gate/up of dtype %d for a dtype %d output",
+                            (int)gudt, (int)adt);
+    if (gudt == DTYPE_F32)
+        DISPATCH_DTYPE(adt, A, launch_silu_mul((A *)d_g, (const float *)d_gu, T, I, stream));
+    else
+        DISPATCH_DTYPE(adt, A, launch_silu_mul((A *)d_g, (const A *)d_gu, T, I, stream));
     CUDA_LAUNCH_TRY();
     return 0;
 }

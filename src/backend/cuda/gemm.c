@@ -2,7 +2,8 @@
  * cuBLAS's column-major terms the same memory holds W as A (K x N, lda = K), x as B (K x T,
  * ldb = K) and y as D (N x T, ldd = ldy), and the product is D = A^T * B: the "TN" layout.
  * Inputs in the activation dtype (bf16 / f16 on the tensor cores; f32 with CUBLAS_COMPUTE_32F,
- * never TF32), accumulation and output in f32. CPU twin: matmul_cpu (ops.c).
+ * never TF32), accumulation in f32, output in f32 (gemm_cuda) or in the inputs' dtype
+ * (gemm_cuda_to: the f32 sums rounded once). CPU twin: matmul_cpu (ops.c).
  *
  * A plan (descriptors + the heuristic's algorithm) is made once per shape and kept in a small
  * table, so that a step (and a CUDA graph capture) only calls cublasLtMatmul. The workspace is the
@@ -22,7 +23,7 @@
 typedef struct {
     int T, N, K;
     int64_t ldy;
-    DType adt;
+    DType adt, ydt;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, d;
     cublasLtMatmulAlgo_t algo;
@@ -118,9 +119,10 @@ static int plan_algos(CudaGemm *g, GemmPlan *p, int n, cublasLtMatmulHeuristicRe
     return 0;
 }
 
-static int plan_make(CudaGemm *g, GemmPlan *p, int T, int N, int K, int64_t ldy, DType adt) {
+static int plan_make(CudaGemm *g, GemmPlan *p, int T, int N, int K, int64_t ldy, DType adt,
+                     DType ydt) {
     memset(p, 0, sizeof *p);
-    p->T = T, p->N = N, p->K = K, p->ldy = ldy, p->adt = adt;
+    p->T = T, p->N = N, p->K = K, p->ldy = ldy, p->adt = adt, p->ydt = ydt;
     const cudaDataType_t in = cuda_type(adt);
     const cublasComputeType_t ct = CUBLAS_COMPUTE_32F; /* f32 inputs: exact f32, no TF32 */
     LT_TRY(cublasLtMatmulDescCreate(&p->op, ct, CUDA_R_32F));
@@ -129,7 +131,7 @@ static int plan_make(CudaGemm *g, GemmPlan *p, int T, int N, int K, int64_t ldy,
     LT_TRY(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->a, in, K, N, K));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->b, in, K, T, K));
-    LT_TRY(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, N, T, ldy));
+    LT_TRY(cublasLtMatrixLayoutCreate(&p->d, cuda_type(ydt), N, T, ldy));
     cublasLtMatmulHeuristicResult_t res[GEMM_MAX_ALGOS];
     int found;
     TRY_RC(plan_algos(g, p, g->algo_rank + 1, res, &found));
@@ -156,13 +158,22 @@ static int gemv_max_t(void) {
 
 int gemm_cuda(CudaGemm *g, float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType adt,
               int T, int N, int K, cudaStream_t stream) {
+    return gemm_cuda_to(g, d_y, DTYPE_F32, ldy, d_x, d_w, adt, T, N, K, stream);
+}
+
+int gemm_cuda_to(CudaGemm *g, void *d_y, DType ydt, int64_t ldy, const void *d_x, const void *d_w,
+                 DType adt, int T, int N, int K, cudaStream_t stream) {
     if (T <= 0) return 0;
+    if (ydt != DTYPE_F32 && ydt != adt)
+        return cvllm_errorf(CVLLM_EINVAL, "cuda gemm: a %s product cannot write %s", dtype_name(adt),
+                            dtype_name(ydt));
     if (T <= gemv_max_t() && gemv_cuda_supported(adt, T, K, d_x, d_w))
-        return gemv_cuda(d_y, ldy, d_x, d_w, adt, T, N, K, stream);
+        return gemv_cuda_to(d_y, ydt, ldy, d_x, d_w, adt, T, N, K, stream);
     GemmPlan *p = NULL;
     for (int i = 0; i < g->num_plans; i++) {
         GemmPlan *q = &g->plans[i];
-        if (q->T == T && q->N == N && q->K == K && q->ldy == ldy && q->adt == adt) {
+        if (q->T == T && q->N == N && q->K == K && q->ldy == ldy && q->adt == adt &&
+            q->ydt == ydt) {
             p = q;
             break;
         }
@@ -175,7 +186,7 @@ int gemm_cuda(CudaGemm *g, float *d_y, int64_t ldy, const void *d_x, const void 
             g->next_evict = (g->next_evict + 1) % GEMM_MAX_PLANS;
             plan_free(p);
         }
-        int rc = plan_make(g, p, T, N, K, ldy, adt);
+        int rc = plan_make(g, p, T, N, K, ldy, adt, ydt);
         if (rc) {
             plan_free(p);
             return rc;
@@ -190,7 +201,9 @@ int gemm_cuda(CudaGemm *g, float *d_y, int64_t ldy, const void *d_x, const void 
 int gemm_algo_desc(CudaGemm *g, int T, int N, int K, int64_t ldy, DType adt, char *buf, size_t n) {
     for (int i = 0; i < g->num_plans; i++) {
         GemmPlan *q = &g->plans[i];
-        if (q->T != T || q->N != N || q->K != K || q->ldy != ldy || q->adt != adt) continue;
+        if (q->T != T || q->N != N || q->K != K || q->ldy != ldy || q->adt != adt ||
+            q->ydt != DTYPE_F32)
+            continue;
         int id = -1, tile = -1, splitk = -1, stages = -1, swz = -1, cluster = -1;
         size_t w;
         cublasLtMatmulAlgoConfigGetAttribute(&q->algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w);

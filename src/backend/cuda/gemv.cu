@@ -43,9 +43,9 @@ static int gemv_prefetch_bytes(int N, int K, int elem) {
     return (int)(row < share ? row : share);
 }
 
-template <typename C, int TT>
+template <typename C, int TT, typename Y>
 __global__ void __launch_bounds__(GEMV_THREADS)
-    gemv_kernel(float *__restrict__ y, int64_t ldy, const C *__restrict__ x,
+    gemv_kernel(Y *__restrict__ y, int64_t ldy, const C *__restrict__ x,
                 const C *__restrict__ w, int N, int K, int pf) {
     const int sub = threadIdx.x / GEMV_TPR, j = threadIdx.x % GEMV_TPR;
     const int n = blockIdx.x * GEMV_ROWS + sub;
@@ -85,15 +85,15 @@ __global__ void __launch_bounds__(GEMV_THREADS)
 #pragma unroll
         for (int i = 0; i < WPR; i++)
             v += part[sub * WPR + i][j];
-        y[(int64_t)j * ldy + n] = v;
+        y[(int64_t)j * ldy + n] = from_f32<Y>(v);
     }
 }
 
 /* The same product with a warp per row of W (8 rows a block): each lane's 16-byte loads every
  * 256 columns unrolled, no shared memory; for the tall matrices (qkv, gate/up, lm_head). */
-template <typename C, int TT>
+template <typename C, int TT, typename Y>
 __global__ void __launch_bounds__(256)
-    gemv_warp_kernel(float *__restrict__ y, int64_t ldy, const C *__restrict__ x,
+    gemv_warp_kernel(Y *__restrict__ y, int64_t ldy, const C *__restrict__ x,
                      const C *__restrict__ w, int N, int K, int pf) {
     const int lane = threadIdx.x & 31;
     const int n = blockIdx.x * 8 + (threadIdx.x >> 5);
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int t = 0; t < TT; t++) {
         const float v = warp_sum(acc[t]);
-        if (lane == t) y[(int64_t)t * ldy + n] = v;
+        if (lane == t) y[(int64_t)t * ldy + n] = from_f32<Y>(v);
     }
 }
 
@@ -178,8 +178,8 @@ extern "C" int gemv_cuda_supported(DType adt, int T, int K, const void *d_x, con
            ((uintptr_t)d_x & 15) == 0 && ((uintptr_t)d_w & 15) == 0;
 }
 
-template <typename C>
-static void launch_gemv(float *y, int64_t ldy, const void *x, const void *w, int T, int N, int K,
+template <typename C, typename Y>
+static void launch_gemv(Y *y, int64_t ldy, const void *x, const void *w, int T, int N, int K,
                         cudaStream_t st) {
     const int warp = gemv_use_warp(N);
     const dim3 grid(warp ? (N + 7) / 8 : (N + GEMV_ROWS - 1) / GEMV_ROWS);
@@ -189,9 +189,10 @@ static void launch_gemv(float *y, int64_t ldy, const void *x, const void *w, int
 #define GEMV_CASE(TT)                                                                              \
     case TT:                                                                                       \
         if (warp)                                                                                  \
-            pdl_launch(gemv_warp_kernel<C, TT>, grid, 256, 0, st, y, ldy, xc, wc, N, K, pf);       \
+            pdl_launch(gemv_warp_kernel<C, TT, Y>, grid, 256, 0, st, y, ldy, xc, wc, N, K, pf);    \
         else                                                                                       \
-            pdl_launch(gemv_kernel<C, TT>, grid, GEMV_THREADS, 0, st, y, ldy, xc, wc, N, K, pf);   \
+            pdl_launch(gemv_kernel<C, TT, Y>, grid, GEMV_THREADS, 0, st, y, ldy, xc, wc, N, K,     \
+                       pf);                                                                        \
         break;
         GEMV_CASE(1)
         GEMV_CASE(2)
@@ -209,13 +210,21 @@ static void launch_gemv(float *y, int64_t ldy, const void *x, const void *w, int
 
 extern "C" int gemv_cuda(float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType adt,
                          int T, int N, int K, cudaStream_t stream) {
-    if (!gemv_cuda_supported(adt, T, K, d_x, d_w))
-        return cvllm_errorf(CVLLM_EINVAL, "cuda gemv: dtype %d, T %d, K %d not supported", (int)adt,
-                            T, K);
-    if (adt == DTYPE_BF16)
-        launch_gemv<__nv_bfloat16>(d_y, ldy, d_x, d_w, T, N, K, stream);
-    else
-        launch_gemv<__half>(d_y, ldy, d_x, d_w, T, N, K, stream);
+    return gemv_cuda_to(d_y, DTYPE_F32, ldy, d_x, d_w, adt, T, N, K, stream);
+}
+
+extern "C" int gemv_cuda_to(void *d_y, DType ydt, int64_t ldy, const void *d_x, const void *d_w,
+                            DType adt, int T, int N, int K, cudaStream_t stream) {
+    if (!gemv_cuda_supported(adt, T, K, d_x, d_w) || (ydt != DTYPE_F32 && ydt != adt))
+        return cvllm_errorf(CVLLM_EINVAL, "cuda gemv: dtype %d, T %d, K %d, output %d not supported",
+                            (int)adt, T, K, (int)ydt);
+    if (adt == DTYPE_BF16) {
+        if (ydt == DTYPE_F32) launch_gemv<__nv_bfloat16>((float *)d_y, ldy, d_x, d_w, T, N, K, stream);
+        else launch_gemv<__nv_bfloat16>((__nv_bfloat16 *)d_y, ldy, d_x, d_w, T, N, K, stream);
+    } else {
+        if (ydt == DTYPE_F32) launch_gemv<__half>((float *)d_y, ldy, d_x, d_w, T, N, K, stream);
+        else launch_gemv<__half>((__half *)d_y, ldy, d_x, d_w, T, N, K, stream);
+    }
     CUDA_LAUNCH_TRY();
     return 0;
 }

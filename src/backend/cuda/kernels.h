@@ -88,9 +88,10 @@ int store_kvcache_cuda(const float *d_k, const float *d_v, int64_t ld, void *d_k
                        void *d_v_cache, DType kvdt, float k_scale, float v_scale,
                        const int64_t *d_slot_mapping, int T, int kv_dim, cudaStream_t stream);
 
-/* g[t, i] = adt(silu(gu[t, i]) * gu[t, I + i]), gu: [T, 2I] f32 (gate then up), g: [T, I].
- * CPU: silu_mul_cpu. */
-int silu_mul_cuda(void *d_g, DType adt, const float *d_gu, int T, int I, cudaStream_t stream);
+/* g[t, i] = adt(silu(gu[t, i]) * gu[t, I + i]), gu: [T, 2I] of gudt (f32 or adt; gate then up),
+ * g: [T, I].   CPU: silu_mul_cpu. */
+int silu_mul_cuda(void *d_g, DType adt, const void *d_gu, DType gudt, int T, int I,
+                  cudaStream_t stream);
 
 /* y[i, :] = x[idx[i], :] for i < n; x, y: [*, H] f32.   CPU: the logits_indices loop of
  * cpu_forward. */
@@ -204,6 +205,10 @@ void gemm_destroy(CudaGemm *g);
  * accumulation (bf16/f16 on the tensor cores; f32 exactly, no TF32). CPU: matmul_cpu. */
 int gemm_cuda(CudaGemm *g, float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType adt,
               int T, int N, int K, cudaStream_t stream);
+/* The same with y of ydt: f32 (gemm_cuda) or adt (the f32 sums rounded to it once, as
+ * transformers' bf16 nn.Linear writes them). CPU: matmul_cpu, then the rounding. */
+int gemm_cuda_to(CudaGemm *g, void *d_y, DType ydt, int64_t ldy, const void *d_x, const void *d_w,
+                 DType adt, int T, int N, int K, cudaStream_t stream);
 /* Plans made from now on take the heuristic's rank-th algorithm (0: its first, the default;
  * bench ops gemm-algos). A plan whose product has no rank-th one fails. */
 int gemm_set_algo_rank(CudaGemm *g, int rank);
@@ -216,6 +221,9 @@ int gemm_algo_desc(CudaGemm *g, int T, int N, int K, int64_t ldy, DType adt, cha
 int gemv_cuda_supported(DType adt, int T, int K, const void *d_x, const void *d_w);
 int gemv_cuda(float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType adt, int T, int N,
               int K, cudaStream_t stream);
+/* The same with y of ydt (f32 or adt, as gemm_cuda_to). */
+int gemv_cuda_to(void *d_y, DType ydt, int64_t ldy, const void *d_x, const void *d_w, DType adt,
+                 int T, int N, int K, cudaStream_t stream);
 
 /* One token's gate/up product with the SiLU folded in (gemv.cu; batch-1 decode): W [2N, K] of adt
  * (the gate rows, then the up rows), x [K] of adt, g [N] of adt = adt(silu(W[:N] x) * (W[N:] x)):
