@@ -42,11 +42,6 @@ static int lt_error(cublasStatus_t st, int line, const char *what) {
     return cvllm_errorf(CVLLM_EBACKEND, "cuda backend: gemm.c:%d: %s: cuBLASLt status %d (%s)",
                         line, what, (int)st, cublasLtGetStatusString(st));
 }
-#define TRY_RC(x)                                                                                  \
-    do {                                                                                           \
-        int rc_ = (x);                                                                             \
-        if (rc_) return rc_;                                                                       \
-    } while (0)
 #define LT_TRY(call)                                                                               \
     do {                                                                                           \
         cublasStatus_t st_ = (call);                                                               \
@@ -95,30 +90,6 @@ static cudaDataType_t cuda_type(DType dt) {
     return dt == DTYPE_BF16 ? CUDA_R_16BF : dt == DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
-/* The heuristic's first n algorithms for p (n <= GEMM_MAX_ALGOS) into res, how many in *found
- * (at least 1, or an error). */
-static int plan_algos(CudaGemm *g, GemmPlan *p, int n, cublasLtMatmulHeuristicResult_t *res,
-                      int *found) {
-    cublasLtMatmulPreference_t pref;
-    LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
-    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->ws_bytes, sizeof g->ws_bytes);
-    *found = 0;
-    if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->d, p->d, pref, n, res,
-                                            found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (st != CUBLAS_STATUS_SUCCESS)
-        return lt_error(st, __LINE__, "cublasLtMatmulAlgoGetHeuristic");
-    if (*found < 1)
-        return cvllm_errorf(
-            CVLLM_EBACKEND,
-            "cuda backend: cuBLASLt has no algorithm for a %s [%d, %d] x [%d, %d]^T "
-            "product",
-            dtype_name(p->adt), p->T, p->K, p->N, p->K);
-    return 0;
-}
-
 static int plan_make(CudaGemm *g, GemmPlan *p, int T, int N, int K, int64_t ldy, DType adt,
                      DType ydt) {
     memset(p, 0, sizeof *p);
@@ -132,14 +103,24 @@ static int plan_make(CudaGemm *g, GemmPlan *p, int T, int N, int K, int64_t ldy,
     LT_TRY(cublasLtMatrixLayoutCreate(&p->a, in, K, N, K));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->b, in, K, T, K));
     LT_TRY(cublasLtMatrixLayoutCreate(&p->d, cuda_type(ydt), N, T, ldy));
+    cublasLtMatmulPreference_t pref;
+    LT_TRY(cublasLtMatmulPreferenceCreate(&pref));
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &g->ws_bytes, sizeof g->ws_bytes);
     cublasLtMatmulHeuristicResult_t res[GEMM_MAX_ALGOS];
-    int found;
-    TRY_RC(plan_algos(g, p, g->algo_rank + 1, res, &found));
+    int found = 0;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->d, p->d, pref,
+                                            g->algo_rank + 1, res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return lt_error(st, __LINE__, "cublasLtMatmulAlgoGetHeuristic");
     if (found <= g->algo_rank)
-        return cvllm_errorf(CVLLM_EBACKEND,
-                            "cuda backend: cuBLASLt has %d algorithms for a [%d, %d] x [%d, %d]^T "
-                            "product, not %d",
-                            found, T, K, N, K, g->algo_rank + 1);
+        return cvllm_errorf(
+            CVLLM_EBACKEND,
+            "cuda backend: cuBLASLt has %d algorithm(s) for a %s [%d, %d] x [%d, %d]^T "
+            "product%s",
+            found, dtype_name(adt), T, K, N, K, g->algo_rank ? " (gemm_set_algo_rank)" : "");
     p->algo = res[g->algo_rank].algo;
     return 0;
 }
