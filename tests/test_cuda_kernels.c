@@ -583,6 +583,11 @@ static void test_gemm(void **state) {
             cudaFree(dxh), cudaFree(dwh);
             free(x), free(w), free(xh), free(wh), free(ref), free(gotc);
         }
+    /* an output dtype that is neither f32 nor the inputs' is refused (cuBLASLt and GEMV paths) */
+    assert_int_not_equal(
+        gemm_cuda_to(g, ws, DTYPE_F16, 64, ws, ws, DTYPE_BF16, 16, 64, 64, g_stream), 0);
+    assert_int_not_equal(gemv_cuda_to(ws, DTYPE_F16, 64, ws, ws, DTYPE_BF16, 1, 64, 64, g_stream),
+                         0);
     gemm_destroy(g);
     cudaFree(ws);
 }
