@@ -559,12 +559,23 @@ static void test_gemm(void **state) {
             MatmulArgs a = {
                 .x = x, .ldx = K, .T = T, .w = w, .wdt = DTYPE_F32, .K = K, .y = ref, .ldy = N};
             matmul_rows_scalar(&a, 0, N);
-            /* f32 output (gemm_cuda), then the inputs' dtype (gemm_cuda_to, the "gu16" product) */
-            for (int oi = 0; oi < (dt == DTYPE_F32 ? 1 : 2); oi++) {
-                const DType ydt = oi ? dt : DTYPE_F32;
+            /* f32 output (gemm_cuda), the inputs' dtype (gemm_cuda_to, the "gu16" product), then
+             * added to an f32 y (gemm_cuda_acc, the "res" products: y0 + the product) */
+            float *y0 = xmalloc((size_t)T * ldy * 4), *ref0 = xmalloc((size_t)T * N * 4);
+            for (int64_t i = 0; i < (int64_t)T * ldy; i++)
+                y0[i] = 4 * frand();
+            for (int t = 0; t < T; t++)
+                for (int n = 0; n < N; n++)
+                    ref0[(int64_t)t * N + n] = y0[(int64_t)t * ldy + n] + ref[(int64_t)t * N + n];
+            for (int oi = 0; oi < 3; oi++) {
+                if (oi == 1 && dt == DTYPE_F32) continue;
+                const DType ydt = oi == 1 ? dt : DTYPE_F32;
                 const size_t ys = dtype_size(ydt);
-                void *dy = dev_poisoned((size_t)T * ldy * ys);
-                if (oi)
+                void *dy = oi == 2 ? dev_upload(y0, (size_t)T * ldy * 4)
+                                   : dev_poisoned((size_t)T * ldy * ys);
+                if (oi == 2)
+                    OK(gemm_cuda_acc(g, dy, ldy, dxh, dwh, dt, T, N, K, g_stream));
+                else if (oi == 1)
                     OK(gemm_cuda_to(g, dy, ydt, ldy, dxh, dwh, dt, T, N, K, g_stream));
                 else
                     OK(gemm_cuda(g, dy, ldy, dxh, dwh, dt, T, N, K, g_stream));
@@ -572,22 +583,26 @@ static void test_gemm(void **state) {
                 dev_download(got, dy, (size_t)T * ldy * ys);
                 for (int t = 0; t < T; t++)
                     unpack(ydt, got + (size_t)t * ldy * ys, gotc + (int64_t)t * N, N);
-                char what[80];
-                snprintf(what, sizeof what, "gemm %s [%d,%d]x[%d,%d]^T -> %s", dtype_name(dt), T, K,
-                         N, K, dtype_name(ydt));
-                compare(what, gotc, ref, (int64_t)T * N,
-                        dt == DTYPE_F32 ? 2e-5 : oi ? tol_for(dt, 0) : 1e-4);
+                char what[96];
+                snprintf(what, sizeof what, "gemm %s [%d,%d]x[%d,%d]^T -> %s%s", dtype_name(dt), T,
+                         K, N, K, dtype_name(ydt), oi == 2 ? " (+= y)" : "");
+                compare(what, gotc, oi == 2 ? ref0 : ref, (int64_t)T * N,
+                        dt == DTYPE_F32 ? 2e-5 : oi == 1 ? tol_for(dt, 0) : 1e-4);
                 cudaFree(dy);
                 free(got);
             }
+            free(y0), free(ref0);
             cudaFree(dxh), cudaFree(dwh);
             free(x), free(w), free(xh), free(wh), free(ref), free(gotc);
         }
-    /* an output dtype that is neither f32 nor the inputs' is refused (cuBLASLt and GEMV paths) */
+    /* an output dtype that is neither f32 nor the inputs' is refused (cuBLASLt and GEMV paths),
+     * and so is a 16-bit output accumulated */
     assert_int_not_equal(
         gemm_cuda_to(g, ws, DTYPE_F16, 64, ws, ws, DTYPE_BF16, 16, 64, 64, g_stream), 0);
-    assert_int_not_equal(gemv_cuda_to(ws, DTYPE_F16, 64, ws, ws, DTYPE_BF16, 1, 64, 64, g_stream),
-                         0);
+    assert_int_not_equal(
+        gemv_cuda_out(ws, DTYPE_F16, 0, 64, ws, ws, DTYPE_BF16, 1, 64, 64, g_stream), 0);
+    assert_int_not_equal(
+        gemv_cuda_out(ws, DTYPE_BF16, 1, 64, ws, ws, DTYPE_BF16, 1, 64, 64, g_stream), 0);
     gemm_destroy(g);
     cudaFree(ws);
 }

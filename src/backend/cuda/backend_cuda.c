@@ -146,6 +146,7 @@ typedef struct {
     int silu_pair;    /* one-token steps: the gate/up GEMV applies SiLU (fusion "silu"; only
                        * where gemv.cu takes the shapes and its grid is one wave:
                        * gemv_silu_pair_one_wave; set by alloc_workspace) */
+    int residual_acc; /* one GPU: the o and down products add into x themselves (fusion "res") */
     DType gudt;       /* the gate/up product's output: adt (transformers' rounding of a bf16
                        * nn.Linear; half the bytes written and read back by silu_mul), or f32
                        * without fusion "gu16" */
@@ -432,7 +433,8 @@ static int list_has(const char *e, const char *name) {
 /* Whether the fusion named `name` is on: CVLLM_CUDA_FUSE unset or 1: every one; 0: none; else a
  * comma-separated list of the ones on ("silu": the gate/up GEMV with SiLU at one token; "qk": the
  * q/k norm, rope and K/V store inside the decode attention kernel; "gu16": the gate/up product
- * writes the model's dtype for silu_mul, not f32). */
+ * writes the model's dtype for silu_mul, not f32; "res": on one GPU the o and down products add
+ * into the residual stream (cuBLASLt's beta 1), not into tmp for the norm to add). */
 static int fusion_on(const char *name) {
     const char *e = getenv("CVLLM_CUDA_FUSE");
     if (!e || !*e || strcmp(e, "1") == 0) return 1;
@@ -517,6 +519,7 @@ static int alloc_workspace(CudaBackend *c) {
     CUDA_TRY(cudaMemset(c->d_sampler_scratch, 0, sampler_cuda_scratch_bytes(c->Smax, c->V)));
     c->fuse_qk = fusion_on("qk");
     c->gudt = fusion_on("gu16") ? c->adt : DTYPE_F32;
+    c->residual_acc = fusion_on("res");
     c->skip = skip_classes();
     c->silu_pair = fusion_on("silu") &&
                    gemv_cuda_supported(c->adt, 1, c->H, c->h, c->layers[0].gu_w) &&
@@ -944,12 +947,19 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
         else
             TRY(attention_prefill_cuda(&ap, st));
         PROF(c, PC_GEMM);
-        RUN(PC_GEMM, gemm_cuda(c->gemm, c->tmp, H, c->att, cl->o_w, c->adt, T, H, c->qd, st));
+        /* o and down add into the residual stream x themselves (gemm_cuda_acc), except where
+         * the ranks' partial sums must be reduced first or a bias added: there they go through
+         * tmp and the norm adds them */
+        const int o_acc = c->residual_acc && !c->tp && !cl->o_bias;
+        if (o_acc)
+            RUN(PC_GEMM, gemm_cuda_acc(c->gemm, c->x, H, c->att, cl->o_w, c->adt, T, H, c->qd, st));
+        else
+            RUN(PC_GEMM, gemm_cuda(c->gemm, c->tmp, H, c->att, cl->o_w, c->adt, T, H, c->qd, st));
         if (c->tp) TRY(tp_reduce(c, c->tmp, (size_t)T * H)); /* the ranks' partial sums */
         PROF(c, PC_OTHER);
         if (cl->o_bias) RUN(PC_OTHER, add_bias_cuda(c->tmp, H, cl->o_bias, T, H, st));
-        RUN(PC_OTHER,
-            residual_rmsnorm_cuda(c->x, c->tmp, cl->post_norm, c->h, c->adt, T, H, eps, st));
+        RUN(PC_OTHER, residual_rmsnorm_cuda(c->x, o_acc ? NULL : c->tmp, cl->post_norm, c->h,
+                                            c->adt, T, H, eps, st));
         PROF(c, PC_GEMM);
         if (pair) { /* one token: gate/up and SiLU in one launch (rows of a rank: its own) */
             RUN(PC_GEMM, gemv_silu_pair_cuda(c->g, c->h, cl->gu_w, c->adt, c->I, H, st));
@@ -960,12 +970,16 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
             RUN(PC_OTHER, silu_mul_cuda(c->g, c->adt, c->gu, c->gudt, T, c->I, st));
         }
         PROF(c, PC_GEMM);
-        RUN(PC_GEMM, gemm_cuda(c->gemm, c->tmp, H, c->g, cl->down_w, c->adt, T, H, c->I, st));
+        const int down_acc = c->residual_acc && !c->tp;
+        if (down_acc)
+            RUN(PC_GEMM, gemm_cuda_acc(c->gemm, c->x, H, c->g, cl->down_w, c->adt, T, H, c->I, st));
+        else
+            RUN(PC_GEMM, gemm_cuda(c->gemm, c->tmp, H, c->g, cl->down_w, c->adt, T, H, c->I, st));
         if (c->tp) TRY(tp_reduce(c, c->tmp, (size_t)T * H));
         PROF(c, PC_OTHER);
-        RUN(PC_OTHER,
-            residual_rmsnorm_cuda(c->x, c->tmp, l + 1 < c->L ? c->layers[l + 1].in_norm : NULL,
-                                  l + 1 < c->L ? c->h : NULL, c->adt, T, H, eps, st));
+        RUN(PC_OTHER, residual_rmsnorm_cuda(c->x, down_acc ? NULL : c->tmp,
+                                            l + 1 < c->L ? c->layers[l + 1].in_norm : NULL,
+                                            l + 1 < c->L ? c->h : NULL, c->adt, T, H, eps, st));
     }
     if (m->num_logits > 0) {
         PROF(c, PC_OTHER);

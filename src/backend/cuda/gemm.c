@@ -2,8 +2,9 @@
  * cuBLAS's column-major terms the same memory holds W as A (K x N, lda = K), x as B (K x T,
  * ldb = K) and y as D (N x T, ldd = ldy), and the product is D = A^T * B: the "TN" layout.
  * Inputs in the activation dtype (bf16 / f16 on the tensor cores; f32 with CUBLAS_COMPUTE_32F,
- * never TF32), accumulation in f32, output in f32 (gemm_cuda) or in the inputs' dtype
- * (gemm_cuda_to: the f32 sums rounded once). CPU twin: matmul_cpu (ops.c).
+ * never TF32), accumulation in f32, output in f32 (gemm_cuda), in the inputs' dtype
+ * (gemm_cuda_to: the f32 sums rounded once) or added to an f32 y (gemm_cuda_acc: beta 1, y as
+ * cuBLASLt's C and D). CPU twin: matmul_cpu (ops.c).
  *
  * A plan (descriptors + the heuristic's algorithm) is made once per shape and kept in a small
  * table, so that a step (and a CUDA graph capture) only calls cublasLtMatmul. The workspace is the
@@ -137,19 +138,15 @@ static int gemv_max_t(void) {
     return v;
 }
 
-int gemm_cuda(CudaGemm *g, float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType adt,
-              int T, int N, int K, cudaStream_t stream) {
-    return gemm_cuda_to(g, d_y, DTYPE_F32, ldy, d_x, d_w, adt, T, N, K, stream);
-}
-
-int gemm_cuda_to(CudaGemm *g, void *d_y, DType ydt, int64_t ldy, const void *d_x, const void *d_w,
-                 DType adt, int T, int N, int K, cudaStream_t stream) {
+/* y (of ydt) = x W^T, or with acc (f32 y) y += x W^T: cuBLASLt's D = A^T B + beta C with C = D */
+static int gemm_run(CudaGemm *g, void *d_y, DType ydt, int acc, int64_t ldy, const void *d_x,
+                    const void *d_w, DType adt, int T, int N, int K, cudaStream_t stream) {
     if (T <= 0) return 0;
     if (ydt != DTYPE_F32 && ydt != adt)
-        return cvllm_errorf(CVLLM_EINVAL, "cuda gemm: a %s product cannot write %s", dtype_name(adt),
-                            dtype_name(ydt));
+        return cvllm_errorf(CVLLM_EINVAL, "cuda gemm: a %s product cannot write %s",
+                            dtype_name(adt), dtype_name(ydt));
     if (T <= gemv_max_t() && gemv_cuda_supported(adt, T, K, d_x, d_w))
-        return gemv_cuda_to(d_y, ydt, ldy, d_x, d_w, adt, T, N, K, stream);
+        return gemv_cuda_out(d_y, ydt, acc, ldy, d_x, d_w, adt, T, N, K, stream);
     GemmPlan *p = NULL;
     for (int i = 0; i < g->num_plans; i++) {
         GemmPlan *q = &g->plans[i];
@@ -173,10 +170,25 @@ int gemm_cuda_to(CudaGemm *g, void *d_y, DType ydt, int64_t ldy, const void *d_x
             return rc;
         }
     }
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
     LT_TRY(cublasLtMatmul(g->lt, p->op, &alpha, d_w, p->a, d_x, p->b, &beta, d_y, p->d, d_y, p->d,
                           &p->algo, g->ws, g->ws_bytes, stream));
     return 0;
+}
+
+int gemm_cuda(CudaGemm *g, float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType adt,
+              int T, int N, int K, cudaStream_t stream) {
+    return gemm_run(g, d_y, DTYPE_F32, 0, ldy, d_x, d_w, adt, T, N, K, stream);
+}
+
+int gemm_cuda_to(CudaGemm *g, void *d_y, DType ydt, int64_t ldy, const void *d_x, const void *d_w,
+                 DType adt, int T, int N, int K, cudaStream_t stream) {
+    return gemm_run(g, d_y, ydt, 0, ldy, d_x, d_w, adt, T, N, K, stream);
+}
+
+int gemm_cuda_acc(CudaGemm *g, float *d_y, int64_t ldy, const void *d_x, const void *d_w,
+                  DType adt, int T, int N, int K, cudaStream_t stream) {
+    return gemm_run(g, d_y, DTYPE_F32, 1, ldy, d_x, d_w, adt, T, N, K, stream);
 }
 
 int gemm_algo_desc(CudaGemm *g, int T, int N, int K, int64_t ldy, DType adt, char *buf, size_t n) {

@@ -43,10 +43,15 @@ static int gemv_prefetch_bytes(int N, int K, int elem) {
     return (int)(row < share ? row : share);
 }
 
+/* y's element: the sum v (rounded to Y), or with accum y + v (Y = float) */
+template <typename Y> __device__ __forceinline__ void gemv_store(Y *y, float v, bool accum) {
+    *y = from_f32<Y>(accum ? to_f32(*y) + v : v);
+}
+
 template <typename C, int TT, typename Y>
 __global__ void __launch_bounds__(GEMV_THREADS)
     gemv_kernel(Y *__restrict__ y, int64_t ldy, const C *__restrict__ x,
-                const C *__restrict__ w, int N, int K, int pf) {
+                const C *__restrict__ w, int N, int K, int pf, bool accum) {
     const int sub = threadIdx.x / GEMV_TPR, j = threadIdx.x % GEMV_TPR;
     const int n = blockIdx.x * GEMV_ROWS + sub;
     if (n < N) prefetch_row(w + (int64_t)n * K, pf, j, GEMV_TPR);
@@ -85,7 +90,7 @@ __global__ void __launch_bounds__(GEMV_THREADS)
 #pragma unroll
         for (int i = 0; i < WPR; i++)
             v += part[sub * WPR + i][j];
-        y[(int64_t)j * ldy + n] = from_f32<Y>(v);
+        gemv_store(&y[(int64_t)j * ldy + n], v, accum);
     }
 }
 
@@ -94,7 +99,7 @@ __global__ void __launch_bounds__(GEMV_THREADS)
 template <typename C, int TT, typename Y>
 __global__ void __launch_bounds__(256)
     gemv_warp_kernel(Y *__restrict__ y, int64_t ldy, const C *__restrict__ x,
-                     const C *__restrict__ w, int N, int K, int pf) {
+                     const C *__restrict__ w, int N, int K, int pf, bool accum) {
     const int lane = threadIdx.x & 31;
     const int n = blockIdx.x * 8 + (threadIdx.x >> 5);
     if (n < N) prefetch_row(w + (int64_t)n * K, pf, lane, 32);
@@ -121,7 +126,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int t = 0; t < TT; t++) {
         const float v = warp_sum(acc[t]);
-        if (lane == t) y[(int64_t)t * ldy + n] = from_f32<Y>(v);
+        if (lane == t) gemv_store(&y[(int64_t)t * ldy + n], v, accum);
     }
 }
 
@@ -179,8 +184,8 @@ extern "C" int gemv_cuda_supported(DType adt, int T, int K, const void *d_x, con
 }
 
 template <typename C, typename Y>
-static void launch_gemv(Y *y, int64_t ldy, const void *x, const void *w, int T, int N, int K,
-                        cudaStream_t st) {
+static void launch_gemv(Y *y, bool acc, int64_t ldy, const void *x, const void *w, int T, int N,
+                        int K, cudaStream_t st) {
     const int warp = gemv_use_warp(N);
     const dim3 grid(warp ? (N + 7) / 8 : (N + GEMV_ROWS - 1) / GEMV_ROWS);
     const C *xc = (const C *)x, *wc = (const C *)w;
@@ -189,10 +194,11 @@ static void launch_gemv(Y *y, int64_t ldy, const void *x, const void *w, int T, 
 #define GEMV_CASE(TT)                                                                              \
     case TT:                                                                                       \
         if (warp)                                                                                  \
-            pdl_launch(gemv_warp_kernel<C, TT, Y>, grid, 256, 0, st, y, ldy, xc, wc, N, K, pf);    \
+            pdl_launch(gemv_warp_kernel<C, TT, Y>, grid, 256, 0, st, y, ldy, xc, wc, N, K, pf,     \
+                       acc);                                                                       \
         else                                                                                       \
-            pdl_launch(gemv_kernel<C, TT, Y>, grid, GEMV_THREADS, 0, st, y, ldy, xc, wc, N, K,     \
-                       pf);                                                                        \
+            pdl_launch(gemv_kernel<C, TT, Y>, grid, GEMV_THREADS, 0, st, y, ldy, xc, wc, N, K, pf, \
+                       acc);                                                                       \
         break;
         GEMV_CASE(1)
         GEMV_CASE(2)
@@ -210,20 +216,28 @@ static void launch_gemv(Y *y, int64_t ldy, const void *x, const void *w, int T, 
 
 extern "C" int gemv_cuda(float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType adt,
                          int T, int N, int K, cudaStream_t stream) {
-    return gemv_cuda_to(d_y, DTYPE_F32, ldy, d_x, d_w, adt, T, N, K, stream);
+    return gemv_cuda_out(d_y, DTYPE_F32, 0, ldy, d_x, d_w, adt, T, N, K, stream);
 }
 
-extern "C" int gemv_cuda_to(void *d_y, DType ydt, int64_t ldy, const void *d_x, const void *d_w,
-                            DType adt, int T, int N, int K, cudaStream_t stream) {
-    if (!gemv_cuda_supported(adt, T, K, d_x, d_w) || (ydt != DTYPE_F32 && ydt != adt))
-        return cvllm_errorf(CVLLM_EINVAL, "cuda gemv: dtype %d, T %d, K %d, output %d not supported",
-                            (int)adt, T, K, (int)ydt);
+extern "C" int gemv_cuda_out(void *d_y, DType ydt, int accumulate, int64_t ldy, const void *d_x,
+                             const void *d_w, DType adt, int T, int N, int K,
+                             cudaStream_t stream) {
+    if (!gemv_cuda_supported(adt, T, K, d_x, d_w) || (ydt != DTYPE_F32 && ydt != adt) ||
+        (accumulate && ydt != DTYPE_F32))
+        return cvllm_errorf(CVLLM_EINVAL,
+                            "cuda gemv: dtype %d, T %d, K %d, output %d%s not supported", (int)adt,
+                            T, K, (int)ydt, accumulate ? " accumulated" : "");
+    const bool acc = accumulate != 0;
     if (adt == DTYPE_BF16) {
-        if (ydt == DTYPE_F32) launch_gemv<__nv_bfloat16>((float *)d_y, ldy, d_x, d_w, T, N, K, stream);
-        else launch_gemv<__nv_bfloat16>((__nv_bfloat16 *)d_y, ldy, d_x, d_w, T, N, K, stream);
+        if (ydt == DTYPE_F32)
+            launch_gemv<__nv_bfloat16>((float *)d_y, acc, ldy, d_x, d_w, T, N, K, stream);
+        else
+            launch_gemv<__nv_bfloat16>((__nv_bfloat16 *)d_y, acc, ldy, d_x, d_w, T, N, K, stream);
     } else {
-        if (ydt == DTYPE_F32) launch_gemv<__half>((float *)d_y, ldy, d_x, d_w, T, N, K, stream);
-        else launch_gemv<__half>((__half *)d_y, ldy, d_x, d_w, T, N, K, stream);
+        if (ydt == DTYPE_F32)
+            launch_gemv<__half>((float *)d_y, acc, ldy, d_x, d_w, T, N, K, stream);
+        else
+            launch_gemv<__half>((__half *)d_y, acc, ldy, d_x, d_w, T, N, K, stream);
     }
     CUDA_LAUNCH_TRY();
     return 0;

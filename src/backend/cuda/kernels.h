@@ -209,6 +209,10 @@ int gemm_cuda(CudaGemm *g, float *d_y, int64_t ldy, const void *d_x, const void 
  * transformers' bf16 nn.Linear writes them). CPU: matmul_cpu, then the rounding. */
 int gemm_cuda_to(CudaGemm *g, void *d_y, DType ydt, int64_t ldy, const void *d_x, const void *d_w,
                  DType adt, int T, int N, int K, cudaStream_t stream);
+/* y[T, N] (f32) += x @ W^T: each sum added to y once, in f32 (a residual stream updated in place:
+ * the product's output is not written and read back). CPU: matmul_cpu, then the add. */
+int gemm_cuda_acc(CudaGemm *g, float *d_y, int64_t ldy, const void *d_x, const void *d_w,
+                  DType adt, int T, int N, int K, cudaStream_t stream);
 /* Plans made from now on take the heuristic's rank-th algorithm (0: its first, the default;
  * bench ops gemm-algos). A plan whose product has no rank-th one fails. */
 int gemm_set_algo_rank(CudaGemm *g, int rank);
@@ -221,9 +225,10 @@ int gemm_algo_desc(CudaGemm *g, int T, int N, int K, int64_t ldy, DType adt, cha
 int gemv_cuda_supported(DType adt, int T, int K, const void *d_x, const void *d_w);
 int gemv_cuda(float *d_y, int64_t ldy, const void *d_x, const void *d_w, DType adt, int T, int N,
               int K, cudaStream_t stream);
-/* The same with y of ydt (f32 or adt, as gemm_cuda_to). */
-int gemv_cuda_to(void *d_y, DType ydt, int64_t ldy, const void *d_x, const void *d_w, DType adt,
-                 int T, int N, int K, cudaStream_t stream);
+/* The same with y of ydt (f32 or adt, as gemm_cuda_to); accumulate (f32 y only): y += the sums,
+ * as gemm_cuda_acc. */
+int gemv_cuda_out(void *d_y, DType ydt, int accumulate, int64_t ldy, const void *d_x,
+                  const void *d_w, DType adt, int T, int N, int K, cudaStream_t stream);
 
 /* One token's gate/up product with the SiLU folded in (gemv.cu; batch-1 decode): W [2N, K] of adt
  * (the gate rows, then the up rows), x [K] of adt, g [N] of adt = adt(silu(W[:N] x) * (W[N:] x)):
