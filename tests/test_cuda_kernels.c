@@ -607,17 +607,19 @@ static void test_gemm(void **state) {
     cudaFree(ws);
 }
 
-/* gemv_silu_pair_cuda against gemv_cuda + silu_mul_cuda (bit for bit where gemv_cuda also takes
- * a warp a row: 2N >= 2048; else within a bf16 step) and the CPU (matmul, then silu_mul's
- * formula, rounded to the dtype); N odd, K down to 64. */
+/* gemv_silu_pair_cuda against gemv_cuda_out + silu_mul_cuda (bit for bit where gemv_cuda also
+ * takes a warp a row: 2N >= 2048; else within a bf16 step) and the CPU (matmul, the two dots
+ * rounded to the gate/up dtype, then silu_mul's formula, rounded to the dtype), with an f32 and a
+ * 16-bit gate/up (the backend's "gu16"); N odd, K down to 64. A gate/up dtype that is neither is
+ * refused. */
 static void test_gemv_silu_pair(void **state) {
     (void)state;
     const int shapes[][2] = {{3072, 1024}, {2048, 1024}, {1025, 64}, {512, 3072}, {100, 2048}};
     for (int si = 0; si < 5; si++)
-        for (int di = 0; di < 2; di++) {
+        for (int di = 0; di < 4; di++) {
             const int N = shapes[si][0], K = shapes[si][1];
-            const DType dt = DTYPES[di];
-            const size_t es = dtype_size(dt);
+            const DType dt = DTYPES[di % 2], gudt = di < 2 ? DTYPE_F32 : dt;
+            const size_t es = dtype_size(dt), ges = dtype_size(gudt);
             float *w = xmalloc((size_t)2 * N * K * 4), *x = xmalloc((size_t)K * 4);
             for (int64_t i = 0; i < (int64_t)2 * N * K; i++)
                 w[i] = round_to(dt, 0.5f * frand());
@@ -626,10 +628,10 @@ static void test_gemv_silu_pair(void **state) {
             void *wh = pack(dt, w, (int64_t)2 * N * K), *xh = pack(dt, x, K);
             void *dw = dev_upload(wh, (size_t)2 * N * K * es), *dx = dev_upload(xh, (size_t)K * es);
             void *dg = dev_poisoned((size_t)N * es), *dg2 = dev_poisoned((size_t)N * es);
-            float *dgu = dev_poisoned((size_t)2 * N * 4);
-            OK(gemv_silu_pair_cuda(dg, dx, dw, dt, N, K, g_stream));
-            OK(gemv_cuda(dgu, 2 * N, dx, dw, dt, 1, 2 * N, K, g_stream));
-            OK(silu_mul_cuda(dg2, dt, dgu, DTYPE_F32, 1, N, g_stream));
+            void *dgu = dev_poisoned((size_t)2 * N * ges);
+            OK(gemv_silu_pair_cuda(dg, dx, dw, dt, gudt, N, K, g_stream));
+            OK(gemv_cuda_out(dgu, gudt, 0, 2 * N, dx, dw, dt, 1, 2 * N, K, g_stream));
+            OK(silu_mul_cuda(dg2, dt, dgu, gudt, 1, N, g_stream));
             void *h1 = xmalloc((size_t)N * es), *h2 = xmalloc((size_t)N * es);
             float *g1 = xmalloc((size_t)N * 4), *g2 = xmalloc((size_t)N * 4),
                   *gu = xmalloc((size_t)2 * N * 4), *ref = xmalloc((size_t)N * 4);
@@ -637,8 +639,9 @@ static void test_gemv_silu_pair(void **state) {
             dev_download(h2, dg2, (size_t)N * es);
             unpack(dt, h1, g1, N);
             unpack(dt, h2, g2, N);
-            char what[80];
-            snprintf(what, sizeof what, "gemv silu pair %s [2 x %d x %d]", dtype_name(dt), N, K);
+            char what[96];
+            snprintf(what, sizeof what, "gemv silu pair %s [2 x %d x %d] gate/up %s",
+                     dtype_name(dt), N, K, dtype_name(gudt));
             if (2 * N >= 2048) {
                 if (memcmp(h1, h2, (size_t)N * es)) compare(what, g1, g2, N, 0.0);
             } else {
@@ -647,15 +650,23 @@ static void test_gemv_silu_pair(void **state) {
             MatmulArgs a = {
                 .x = x, .ldx = K, .T = 1, .w = w, .wdt = DTYPE_F32, .K = K, .y = gu, .ldy = 2 * N};
             matmul_rows_scalar(&a, 0, 2 * N);
+            for (int i = 0; i < 2 * N; i++)
+                gu[i] = round_to(gudt, gu[i]);
             for (int i = 0; i < N; i++)
                 ref[i] = round_to(dt, gu[i] / (1.0f + expf(-gu[i])) * gu[N + i]);
-            snprintf(what, sizeof what, "gemv silu pair %s [2 x %d x %d] vs CPU", dtype_name(dt),
-                     N, K);
+            snprintf(what, sizeof what, "gemv silu pair %s [2 x %d x %d] gate/up %s vs CPU",
+                     dtype_name(dt), N, K, dtype_name(gudt));
             compare(what, g1, ref, N, 1e-2);
             cudaFree(dw), cudaFree(dx), cudaFree(dg), cudaFree(dg2), cudaFree(dgu);
             free(w), free(x), free(wh), free(xh), free(h1), free(h2), free(g1), free(g2), free(gu),
                 free(ref);
         }
+    {
+        void *ws = dev_poisoned(1 << 16);
+        assert_int_not_equal(
+            gemv_silu_pair_cuda(ws, ws, ws, DTYPE_BF16, DTYPE_F16, 64, 64, g_stream), 0);
+        cudaFree(ws);
+    }
     /* one wave: a block (256 threads) per 8 outputs, at most 8 blocks an SM */
     assert_true(gemv_silu_pair_one_wave(DTYPE_BF16, 8, 1));
     assert_false(gemv_silu_pair_one_wave(DTYPE_BF16, 72, 1));
@@ -713,6 +724,8 @@ typedef struct {
     int decode;          /* qlen all 1: also through the decode kernel */
     int parts;           /* decode: forced partition count, 0 = the launcher's choice */
     float k_scale, v_scale; /* fp8 cache: its scales (0: 1.0) */
+    float ramp; /* > 0: key j of a sequence of ctx keys scaled by 1 + ramp * j / ctx, so that
+                 * the scores' max keeps rising along the context */
 } AttnCase;
 
 /* Block tables [S, maxblk] for sequences of ctx[s] keys in blocks of bs: the cache's
@@ -756,6 +769,13 @@ static void run_attention_case(const AttnCase *c) {
     float *kf = xmalloc(cache_n * 4), *vf = xmalloc(cache_n * 4);
     for (int64_t i = 0; i < cache_n; i++)
         kf[i] = round_to(c->kvdt, frand()), vf[i] = round_to(c->kvdt, frand());
+    for (int s = 0; c->ramp > 0 && s < S; s++)
+        for (int j = 0; j < c->ctx[s]; j++) {
+            const int64_t row = (int64_t)tables[s * maxblk + j / bs] * bs + j % bs;
+            const float f = 1.0f + c->ramp * (float)j / (float)c->ctx[s];
+            for (int64_t i = row * kvs; i < (row + 1) * kvs; i++)
+                kf[i] = round_to(c->kvdt, kf[i] * f);
+        }
     /* decode: the rows of a sequence's last block past its context hold NaN (a cache block's
      * other rows are never read as keys; a kernel that loads them must keep them out of the
      * output, 0 * NaN included). The CPU twin reads no such row. */
@@ -883,6 +903,28 @@ static void run_attention_case(const AttnCase *c) {
         }
         const double rel = compare(what, got, ref, (int64_t)T * nh * hd, tol);
         if (tc) printf("    %s: %.2e\n", what, rel);
+        if (kind && c->ramp > 0) {
+            /* the lazy rule (the default) against the running max moved at every step: the same
+             * products, only the weights rounded relative to another max (a 16-bit step each) */
+            void *out1 = p.out;
+            p.out = dev_poisoned(ob);
+            p.seq_order = kind == 2 ? dorder : NULL;
+            attention_decode_set_lazy(0);
+            OK(attention_decode_cuda(&p, c->parts ? c->parts : attention_decode_num_parts(&p, 132),
+                                     ws, g_stream));
+            attention_decode_set_lazy(1);
+            p.seq_order = NULL;
+            CK(cudaStreamSynchronize(g_stream));
+            float *got2 = xmalloc((size_t)T * nh * hd * 4);
+            dev_download(oh, p.out, ob);
+            unpack(c->adt, oh, got2, (int64_t)T * nh * hd);
+            strncat(what, ", lazy vs every step", sizeof what - strlen(what) - 1);
+            const double lt = !tc ? 1e-6 : c->kvdt == DTYPE_BF16 ? 1e-2 : 2e-3;
+            printf("    %s: %.2e\n", what, compare(what, got, got2, (int64_t)T * nh * hd, lt));
+            free(got2);
+            cudaFree(p.out);
+            p.out = out1;
+        }
         cudaFree(p.out);
         cudaFree(ws);
     }
@@ -1018,6 +1060,36 @@ static void test_attention_decode(void **state) {
             c.kvdt = DTYPE_FP8_E4M3;
             run_attention_case(&c);
         }
+}
+
+/* The tensor-core decode kernels' lazy rescaling (the running max kept until a tile passes it by
+ * 2^8): keys whose scores keep rising along the context (ramp: the max moves several times; with
+ * random keys the first tile sets it and it rarely moves again), against the CPU twin and, each
+ * decode launch, against the same launch with the max moved at every step (run_attention_case);
+ * every cache type, head_dim 64 and 128, groups of 2 and 8, one partition and several. The ramp
+ * stays moderate (scores to about 30 log2 units) because q rounded to 16 bits moves large scores
+ * by more than the tolerances allow (the tensor-core prefill too). */
+static void test_attention_decode_lazy(void **state) {
+    (void)state;
+    const int heads[][2] = {{16, 8}, {8, 1}};
+    const DType kvdts[] = {DTYPE_BF16, DTYPE_F16, DTYPE_FP8_E4M3};
+    attention_decode_set_lazy(1);
+    for (int ci = 0; ci < 12; ci++) {
+        AttnCase c = {.n_heads = heads[ci % 2][0],
+                      .n_kv_heads = heads[ci % 2][1],
+                      .hd = ci % 4 < 2 ? 128 : 64,
+                      .block_size = 16,
+                      .kvdt = kvdts[ci % 3],
+                      .adt = DTYPE_F32,
+                      .num_seqs = 4,
+                      .ctx = {1000, 77, 2100, 300},
+                      .qlen = {1, 1, 1, 1},
+                      .decode = 1,
+                      .parts = ci < 6 ? 1 : 0,
+                      .ramp = 9.0f};
+        run_attention_case(&c);
+    }
+    attention_decode_set_lazy(-1);
 }
 
 /* The decode kernel fed the raw qkv rows (AttentionParams.positions set) against the two
@@ -1717,6 +1789,7 @@ int main(void) {
         cmocka_unit_test(test_gemv_silu_pair),
         cmocka_unit_test(test_attention_prefill),
         cmocka_unit_test(test_attention_decode),
+        cmocka_unit_test(test_attention_decode_lazy),
         cmocka_unit_test(test_attention_decode_fused),
         cmocka_unit_test(test_sampler_rows),
         cmocka_unit_test(test_sampler_distribution),

@@ -662,10 +662,31 @@ static int check_params(const AttentionParams *p) {
     return 0;
 }
 
-extern "C" int attention_decode_cuda(const AttentionParams *p, int num_parts, void *d_ws,
+/* How far (log2 units) a tile's largest score may pass a head's running max before the max is
+ * moved: below that the old max stays, so the weights of the tile are at most 2^DTC_LAZY (fine in
+ * f32 sums and in the 16-bit P: f16 to 65504) and the accumulators need no rescaling. Once a
+ * sequence's first keys are in, a later key rarely beats the max by 2^8, so most steps skip the
+ * 4 * head_dim / 16 multiplications a thread and their shuffles (FlashAttention-3's lazy
+ * rescaling). The result is the same sums divided by the same total, only relative to another
+ * max; CVLLM_CUDA_DEC_LAZY=0 moves the max at every step as before (a test compares them). */
+#define DTC_LAZY 8.0f
+static int g_dec_lazy = -1; /* attention_decode_set_lazy's; -1: the environment's */
+extern "C" void attention_decode_set_lazy(int on) {
+    g_dec_lazy = on < 0 ? -1 : on != 0;
+}
+static float dec_lazy(void) {
+    static int env = -1;
+    if (env < 0) env = cuda_env_flag("CVLLM_CUDA_DEC_LAZY", 1);
+    return (g_dec_lazy >= 0 ? g_dec_lazy : env) ? DTC_LAZY : 0.0f;
+}
+
+extern "C" int attention_decode_cuda(const AttentionParams *p_in, int num_parts, void *d_ws,
                                      cudaStream_t stream) {
-    int rc = check_params(p);
+    int rc = check_params(p_in);
     if (rc) return rc;
+    AttentionParams pl = *p_in;
+    pl.dec_lazy = dec_lazy();
+    const AttentionParams *p = &pl;
     if (p->num_seqs <= 0) return 0;
     if (num_parts < 1) num_parts = 1;
     if (num_parts > MERGE_MAX_PARTS)
@@ -1014,16 +1035,16 @@ __global__ void __launch_bounds__(128) attention_prefill_tc_kernel(AttentionPara
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
         /* key 0 is visible to every row, so the max is finite from the first tile on */
-        const float c0 = mx0 == -INFINITY ? 0.0f : exp2f(m[0] - mx0);
-        const float c1 = mx1 == -INFINITY ? 0.0f : exp2f(m[1] - mx1);
+        const float c0 = mx0 == -INFINITY ? 0.0f : fast_exp2(m[0] - mx0);
+        const float c1 = mx1 == -INFINITY ? 0.0f : fast_exp2(m[1] - mx1);
         m[0] = mx0, m[1] = mx1;
         const float ms0 = mx0 == -INFINITY ? 0.0f : mx0, ms1 = mx1 == -INFINITY ? 0.0f : mx1;
         uint32_t pf[TC_BK / 16][4];
         float rs0 = 0.0f, rs1 = 0.0f;
 #pragma unroll
         for (int n = 0; n < NK; n++) {
-            const float p0 = exp2f(sc[n][0] - ms0), p1 = exp2f(sc[n][1] - ms0);
-            const float p2 = exp2f(sc[n][2] - ms1), p3 = exp2f(sc[n][3] - ms1);
+            const float p0 = fast_exp2(sc[n][0] - ms0), p1 = fast_exp2(sc[n][1] - ms0);
+            const float p2 = fast_exp2(sc[n][2] - ms1), p3 = fast_exp2(sc[n][3] - ms1);
             rs0 += p0 + p1;
             rs1 += p2 + p3;
             pf[n / 2][(n & 1) * 2 + 0] = pack2<C>(p0, p1); /* row g, keys 2t, 2t+1 (+8 if odd) */
@@ -1302,13 +1323,15 @@ __device__ __forceinline__ uint32_t dtma_at(int r, int c) {
 
 /* One 16-key step's online softmax, shared by both tensor-core decode kernels: sc (S's
  * accumulator fragments: head g's scores for keys jb + 8 n + 2 t4 + 0..1) masked past ce, head
- * g's running max mrow (log2 units) and this thread's sum lrow updated; out: the factors c0, c1
- * by which O^T's columns (heads 2 t4, 2 t4 + 1: from lanes 8 t4, 8 t4 + 4) are rescaled, and P^T's
- * B fragments pb0, pb1 (the weights rounded to M, S's fragments as they stand). */
+ * g's running max mrow (log2 units) and this thread's sum lrow updated; out: P^T's B fragments
+ * pb0, pb1 (the weights rounded to M, S's fragments as they stand) and, when it returns true
+ * (the same for the whole warp), the factors c0, c1 by which O^T's columns (heads 2 t4, 2 t4 + 1:
+ * from lanes 8 t4, 8 t4 + 4) must be rescaled. lazy: the threshold above (0: move the max
+ * whenever it grows). */
 template <typename M>
-__device__ __forceinline__ void dtc_softmax_step(float (&sc)[2][4], int jb, int ce, int t4,
-                                                 float &mrow, float &lrow, float &c0, float &c1,
-                                                 uint32_t &pb0, uint32_t &pb1) {
+__device__ __forceinline__ bool dtc_softmax_step(float (&sc)[2][4], int jb, int ce, int t4,
+                                                 float lazy, float &mrow, float &lrow, float &c0,
+                                                 float &c1, uint32_t &pb0, uint32_t &pb1) {
     float tmax = -INFINITY;
 #pragma unroll
     for (int n = 0; n < 2; n++)
@@ -1319,21 +1342,26 @@ __device__ __forceinline__ void dtc_softmax_step(float (&sc)[2][4], int jb, int 
         }
     tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
     tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
-    const float mn = fmaxf(mrow, tmax);
-    const bool none = mn == -INFINITY;
-    const float corr = none ? 1.0f : exp2f(mrow - mn);
+    /* the max moves when this tile passes it by more than lazy (mrow = -inf: any finite score) */
+    const bool grow = tmax > mrow + lazy;
+    const bool rescale = __any_sync(0xffffffffu, grow);
+    float corr = 1.0f;
+    if (grow) corr = fast_exp2(mrow - tmax), mrow = tmax; /* 2^-inf = 0 */
+    const bool none = mrow == -INFINITY; /* no key of this head yet */
     float pr[2][2];
 #pragma unroll
     for (int n = 0; n < 2; n++)
 #pragma unroll
         for (int e = 0; e < 2; e++)
-            pr[n][e] = none ? 0.0f : exp2f(sc[n][e] - mn);
+            pr[n][e] = none ? 0.0f : fast_exp2(sc[n][e] - mrow);
     lrow = lrow * corr + (pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]);
-    mrow = mn;
-    c0 = __shfl_sync(0xffffffffu, corr, 8 * t4);
-    c1 = __shfl_sync(0xffffffffu, corr, 8 * t4 + 4);
+    if (rescale) {
+        c0 = __shfl_sync(0xffffffffu, corr, 8 * t4);
+        c1 = __shfl_sync(0xffffffffu, corr, 8 * t4 + 4);
+    }
     pb0 = pack2<M>(pr[0][0], pr[0][1]);
     pb1 = pack2<M>(pr[1][0], pr[1][1]);
+    return rescale;
 }
 
 /* What both tensor-core decode kernels know of their block: its partition, sequence and kv head,
@@ -1467,6 +1495,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     for (int i = 0; i < KSTEPS; i++)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float mrow = -INFINITY, lrow = 0.0f; /* head g's running max (log2 units), this thread's sum */
+    const float lazy = p.dec_lazy;
 
     __shared__ int32_t sm_tab[DEC_TAB];
     const int bs = p.block_size;
@@ -1501,7 +1530,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
             if constexpr (TM) { /* the whole tile (rows past ce too: see the wait) */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
                 if (jb < ce && lane == 0) {
-                    const int sl = (base + it) % ST, b = jb / bs;
+                    const int sl = (base + it) % ST, b = pow2 ? jb >> bs_shift : jb / bs;
                     const int y = sm_tab[b - b0] * bs + (jb - b * bs);
                     const uint32_t st = smem_addr(wst + sl * dtc_stage_bytes(sizeof(KV), HD)),
                                    bar = smem_addr(&sm_bar[warp][sl]);
@@ -1633,9 +1662,12 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                     mma16816<M>(sc[n], a, b0w, b1w);
                 }
             }
-            float c0, c1;
+            float c0 = 1.0f, c1 = 1.0f;
             uint32_t pb0, pb1;
-            dtc_softmax_step<M>(sc, jb, ce, t4, mrow, lrow, c0, c1, pb0, pb1);
+            if (dtc_softmax_step<M>(sc, jb, ce, t4, lazy, mrow, lrow, c0, c1, pb0, pb1))
+#pragma unroll
+                for (int i = 0; i < KSTEPS; i++)
+                    o[i][0] *= c0, o[i][1] *= c1, o[i][2] *= c0, o[i][3] *= c1;
 #pragma unroll
             for (int i = 0; i < KSTEPS; i++) {
                 /* m-tile i: rows g / g + 8 are dims VDIMS g + 2 i / + 1 */
@@ -1653,7 +1685,6 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                     a[2] = byte_perm(vw[2][i], vw[3][i], 0x5410u);
                     a[3] = byte_perm(vw[2][i], vw[3][i], 0x7632u);
                 }
-                o[i][0] *= c0, o[i][1] *= c1, o[i][2] *= c0, o[i][3] *= c1;
                 mma16816<M>(o[i], a, pb0, pb1);
             }
         }
@@ -1705,6 +1736,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     for (int i = 0; i < KSTEPS; i++)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
     float mrow = -INFINITY, lrow = 0.0f; /* head g's running max (log2 units), this thread's sum */
+    const float lazy = p.dec_lazy;
 
     /* the warp's stages (aligned for the swizzle) and their barriers */
     extern __shared__ uint8_t dtma_dsm[];
@@ -1718,6 +1750,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
 
     __shared__ int32_t sm_tab[DEC_TAB];
     const int bs = p.block_size;
+    const bool pow2 = (bs & (bs - 1)) == 0;
+    const int bs_shift = __ffs(bs) - 1;
     uint32_t issued = 0, used = 0; /* the warp's tiles asked for, computed on */
     for (int cs = j0; cs < j1;) {
         int b0;
@@ -1725,7 +1759,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
         /* the tile of keys jb .. jb + 15 (jb < ce, a multiple of 16: within one cache block) */
         auto issue = [&](int jb) {
             if (lane == 0) {
-                const int b = jb / bs;
+                const int b = pow2 ? jb >> bs_shift : jb / bs; /* (a division: ~25 instructions) */
                 const int y = sm_tab[b - b0] * bs + (jb - b * bs);
                 const uint32_t st = wst + (issued % ST) * SB,
                                bar = smem_addr(&sm_bar[warp][issued % ST]);
@@ -1770,9 +1804,12 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                 mma16816<M>(sc[0], a, kb[0], kb[1]);
                 mma16816<M>(sc[1], a, kb[2], kb[3]);
             }
-            float c0, c1;
+            float c0 = 1.0f, c1 = 1.0f;
             uint32_t pb0, pb1;
-            dtc_softmax_step<M>(sc, jb, ce, t4, mrow, lrow, c0, c1, pb0, pb1);
+            if (dtc_softmax_step<M>(sc, jb, ce, t4, lazy, mrow, lrow, c0, c1, pb0, pb1))
+#pragma unroll
+                for (int i = 0; i < KSTEPS; i++)
+                    o[i][0] *= c0, o[i][1] *= c1, o[i][2] *= c0, o[i][3] *= c1;
 #pragma unroll
             for (int i = 0; i < KSTEPS; i++) {
                 /* m-tile i: rows g / g + 8 are dims 16 i + g / + 8 */
@@ -1780,7 +1817,6 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                 /* transposed: (keys 0..7, dims 16 i ..), (0..7, + 8), (8..15, ..), (8..15, + 8)
                  * become A's a0 .. a3 (dims 16 i + g / + 8 g, keys 2 t4 / 8 + 2 t4) */
                 ldsm_x4_t(st + HB + dtma_at(lkey, 2 * i + lch), a);
-                o[i][0] *= c0, o[i][1] *= c1, o[i][2] *= c0, o[i][3] *= c1;
                 mma16816<M>(o[i], a, pb0, pb1);
             }
             __syncwarp(); /* every lane's reads of the stage done before it is asked for again */

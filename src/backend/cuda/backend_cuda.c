@@ -962,7 +962,8 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
                                             c->adt, T, H, eps, st));
         PROF(c, PC_GEMM);
         if (pair) { /* one token: gate/up and SiLU in one launch (rows of a rank: its own) */
-            RUN(PC_GEMM, gemv_silu_pair_cuda(c->g, c->h, cl->gu_w, c->adt, c->I, H, st));
+            RUN(PC_GEMM,
+                gemv_silu_pair_cuda(c->g, c->h, cl->gu_w, c->adt, c->gudt, c->I, H, st));
         } else {
             RUN(PC_GEMM, gemm_cuda_to(c->gemm, c->gu, c->gudt, 2 * c->I, c->h, cl->gu_w, c->adt, T,
                                       2 * c->I, H, st));

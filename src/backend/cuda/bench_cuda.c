@@ -243,8 +243,9 @@ static int attn_launch(void *ctx, cudaStream_t st) {
  * lays it out ([block][token][kv head][head_dim]: a kv head's key rows are 256-byte runs 2 KiB
  * apart), with each sequence's blocks scattered or consecutive; and as 8 times the sequences of
  * one kv head each (n_kv_heads 1, group 2: a block's rows of a head are one 4 KiB run, the layout
- * [block][kv head][token][head_dim] would give). `tokens`: the cache's capacity in token rows of
- * every kv head. */
+ * [block][kv head][token][head_dim] would give). Then the same bytes read as an fp8 cache (a kv
+ * head's rows 128-byte runs 1 KiB apart, or one 2 KiB run a block). `tokens`: the cache's
+ * capacity in token rows of every kv head. */
 static void bench_attention_layout(const AttentionParams *base, void *k, void *v, void *ws,
                                    int64_t tokens, cudaStream_t st) {
     const int nkv = base->n_kv_heads, hd = base->hd, bs = base->block_size, Bmax = 256;
@@ -259,10 +260,14 @@ static void bench_attention_layout(const AttentionParams *base, void *k, void *v
     }
     int32_t *ht = xmalloc(nseq * mbs * 4), *hcu = xmalloc((nseq + 1) * 4),
             *hctx = xmalloc(nseq * 4);
-    printf("decode attention, the cache's layout (bf16, contexts 600 .. 1999, one partition):\n");
     const int Bs[] = {64, 256};
-    for (int bi = 0; bi < 2; bi++)
-        for (int mode = 0; mode < 3; mode++) {
+    for (int f8 = 0; f8 < 2; f8++) /* the bf16 cache, then its bytes read as fp8 codes */
+        for (int bm = 0; bm < 6; bm++) {
+            const int bi = bm / 3, mode = bm % 3;
+            if (bm == 0)
+                printf("decode attention, the cache's layout (%s, contexts 600 .. 1999, one "
+                       "partition):\n",
+                       f8 ? "fp8 e4m3: a kv head's key rows 128-byte runs 1 KiB apart" : "bf16");
             /* mode 0: as laid out, blocks scattered; 1: consecutive; 2: one kv head a sequence */
             const int B = Bs[bi], per = mode == 2 ? nkv : 1, ns = B * per;
             const int64_t nblocks = tokens / bs / (mode == 2 ? 1 : nkv); /* blocks of this view */
@@ -285,6 +290,7 @@ static void bench_attention_layout(const AttentionParams *base, void *k, void *v
             cudaMemcpy(dctx, hctx, (size_t)ns * 4, cudaMemcpyHostToDevice);
             AttnCtx a = {.p = *base, .decode = 1, .ws = ws, .parts = 1};
             a.p.k_cache = k, a.p.v_cache = v;
+            if (f8) a.p.kvdt = DTYPE_FP8_E4M3; /* the same bytes as twice the codes */
             a.p.block_tables = dt, a.p.cu_seqlens_q = dcu, a.p.context_lens = dctx;
             a.p.max_blocks_per_seq = mbs, a.p.num_seqs = ns, a.p.max_seqlen_k = 1999;
             a.p.cache_rows = mode == 2 ? tokens : tokens / nkv;
@@ -294,7 +300,7 @@ static void bench_attention_layout(const AttentionParams *base, void *k, void *v
                                           "[block][token][head], consecutive blocks",
                                           "one kv head a sequence ([block][head][token])"};
             printf("  B %3d  %-46s %8.4f ms  %7.0f GB/s\n", B, names[mode], ms,
-                   2.0 * keys * nkv * hd * 2 / (ms * 1e6));
+                   2.0 * keys * nkv * hd * (f8 ? 1 : 2) / (ms * 1e6));
         }
     free(ht), free(hcu), free(hctx);
     cudaFree(dt), cudaFree(dcu), cudaFree(dctx);

@@ -80,6 +80,17 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+/* 2^x by the special-function unit alone (ex2.approx.ftz: about 2 ulp, a result below 2^-126
+ * flushed to 0, 2^-inf = 0), for softmax weights 2^(s - max) with s - max <= 0. exp2f adds a
+ * range check, a halving and a squaring around the same instruction to keep denormal results
+ * (five instructions a weight instead of one; weights under 2^-126 of the row's largest add
+ * nothing to an f32 sum whose largest term is 1). */
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* Programmatic dependent launch (sm_90 and later): a kernel launched by pdl_launch may be
  * scheduled while the kernel before it on the stream is still running; it must call pdl_wait()
  * before its first global memory access (read or write), which returns once the kernel before

@@ -132,13 +132,14 @@ __global__ void __launch_bounds__(256)
 
 /* One token's gate/up product with silu_mul_kernel folded in: W is [2N, K] (the gate rows, then the
  * up rows); warp n takes gate row n and up row N + n (gemv_warp_kernel's loop and sums for each, so
- * both dots are that kernel's bit for bit) and writes g[n] = adt(silu(gate) * up), as
- * silu_mul_kernel does: a launch fewer a layer at batch 1, and no f32 gate/up row written and
- * read back. */
+ * both dots are that kernel's bit for bit), rounds them to C first where the unfused pair's
+ * product would write C (round16: the backend's fusion "gu16"), and writes g[n] =
+ * adt(silu(gate) * up), as silu_mul_kernel does: a launch fewer a layer at batch 1, and no
+ * gate/up row written and read back. */
 template <typename C>
 __global__ void __launch_bounds__(256)
     gemv_silu_pair_kernel(C *__restrict__ g, const C *__restrict__ x, const C *__restrict__ w,
-                          int N, int K, int pf) {
+                          int N, int K, int pf, bool round16) {
     const int lane = threadIdx.x & 31;
     const int n = blockIdx.x * 8 + (threadIdx.x >> 5);
     if (n < N) {
@@ -164,6 +165,7 @@ __global__ void __launch_bounds__(256)
     }
     ag = warp_sum(ag);
     au = warp_sum(au);
+    if (round16) ag = to_f32(from_f32<C>(ag)), au = to_f32(from_f32<C>(au));
     if (lane == 0) g[n] = from_f32<C>(ag / (1.0f + expf(-ag)) * au);
 }
 
@@ -244,21 +246,26 @@ extern "C" int gemv_cuda_out(void *d_y, DType ydt, int accumulate, int64_t ldy, 
 }
 
 template <typename C>
-static void launch_silu_pair(void *g, const void *x, const void *w, int N, int K,
+static void launch_silu_pair(void *g, const void *x, const void *w, int N, int K, bool round16,
                              cudaStream_t st) {
     pdl_launch(gemv_silu_pair_kernel<C>, dim3((N + 7) / 8), 256, 0, st, (C *)g, (const C *)x,
-               (const C *)w, N, K, gemv_prefetch_bytes(2 * N, K, (int)sizeof(C)));
+               (const C *)w, N, K, gemv_prefetch_bytes(2 * N, K, (int)sizeof(C)), round16);
 }
 
-extern "C" int gemv_silu_pair_cuda(void *d_g, const void *d_x, const void *d_w, DType adt, int N,
-                                   int K, cudaStream_t stream) {
+extern "C" int gemv_silu_pair_cuda(void *d_g, const void *d_x, const void *d_w, DType adt,
+                                   DType gudt, int N, int K, cudaStream_t stream) {
     if (!gemv_cuda_supported(adt, 1, K, d_x, d_w))
         return cvllm_errorf(CVLLM_EINVAL, "cuda gemv silu pair: dtype %d, K %d not supported",
                             (int)adt, K);
+    if (gudt != DTYPE_F32 && gudt != adt)
+        return cvllm_errorf(CVLLM_EINVAL,
+                            "cuda gemv silu pair: gate/up of dtype %d for a dtype %d model",
+                            (int)gudt, (int)adt);
+    const bool r16 = gudt != DTYPE_F32;
     if (adt == DTYPE_BF16)
-        launch_silu_pair<__nv_bfloat16>(d_g, d_x, d_w, N, K, stream);
+        launch_silu_pair<__nv_bfloat16>(d_g, d_x, d_w, N, K, r16, stream);
     else
-        launch_silu_pair<__half>(d_g, d_x, d_w, N, K, stream);
+        launch_silu_pair<__half>(d_g, d_x, d_w, N, K, r16, stream);
     CUDA_LAUNCH_TRY();
     return 0;
 }

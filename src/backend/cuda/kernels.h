@@ -153,6 +153,9 @@ typedef struct {
     const float *inv_freq;    /* [hd / 2] */
     const float *q_norm, *k_norm;
     float eps;
+    /* set by attention_decode_cuda itself (a caller's value is ignored): the tensor-core decode
+     * kernels' lazy-rescale threshold (attention.cu, DTC_LAZY; 0: off) */
+    float dec_lazy;
 } AttentionParams;
 
 /* Whether the kernels support this head_dim: any even one up to 256 (the kernels are built for
@@ -178,6 +181,10 @@ int attention_decode_uses_tc(const AttentionParams *p);
  * later, CVLLM_CUDA_DEC_TMA not 0. */
 int attention_decode_uses_tma(const AttentionParams *p);
 int attention_decode_cuda(const AttentionParams *p, int num_parts, void *d_ws, cudaStream_t stream);
+/* Tests: the decode kernels' lazy rescaling on (1, the default unless CVLLM_CUDA_DEC_LAZY=0) or
+ * off (0: the running max moves whenever a tile's scores pass it); -1: back to the environment's
+ * choice. For the launches that follow (a captured graph keeps what it was captured with). */
+void attention_decode_set_lazy(int on);
 /* The backend's seq_order (host code, backend_cuda.c): the S lanes by context length, longest
  * first (ties: lower index first), so that the blocks that start last, when the GPU runs out of
  * blocks to start, are the shortest (a long context starting late was a step's tail); a context
@@ -231,11 +238,12 @@ int gemv_cuda_out(void *d_y, DType ydt, int accumulate, int64_t ldy, const void 
                   const void *d_w, DType adt, int T, int N, int K, cudaStream_t stream);
 
 /* One token's gate/up product with the SiLU folded in (gemv.cu; batch-1 decode): W [2N, K] of adt
- * (the gate rows, then the up rows), x [K] of adt, g [N] of adt = adt(silu(W[:N] x) * (W[N:] x)):
- * gemv_cuda (a warp a row) then silu_mul_cuda, bit for bit, in one launch. Same requirements as
- * gemv_cuda at T = 1. CPU: matmul_cpu then silu_mul_cpu. */
-int gemv_silu_pair_cuda(void *d_g, const void *d_x, const void *d_w, DType adt, int N, int K,
-                        cudaStream_t stream);
+ * (the gate rows, then the up rows), x [K] of adt, g [N] of adt = adt(silu(W[:N] x) * (W[N:] x)),
+ * the two dots rounded to gudt first (DTYPE_F32: not; or adt): gemv_cuda_out (a warp a row) into
+ * a gudt gate/up row then silu_mul_cuda, bit for bit, in one launch. Same requirements as
+ * gemv_cuda at T = 1; another gudt is refused. CPU: matmul_cpu then silu_mul_cpu. */
+int gemv_silu_pair_cuda(void *d_g, const void *d_x, const void *d_w, DType adt, DType gudt, int N,
+                        int K, cudaStream_t stream);
 /* Whether gemv_silu_pair_cuda's grid (a block per 8 of the N outputs) is resident at once on
  * num_sms SMs. The backend takes it only then: with more, its last wave runs on part of the GPU
  * (H200, qwen3-8b, I = 12288: 1,536 blocks, 2.3 waves, batch-1 decode 193.4 tok/s against 195.8
