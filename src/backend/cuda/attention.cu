@@ -1323,15 +1323,15 @@ __device__ __forceinline__ uint32_t dtma_at(int r, int c) {
 
 /* One 16-key step's online softmax, shared by both tensor-core decode kernels: sc (S's
  * accumulator fragments: head g's scores for keys jb + 8 n + 2 t4 + 0..1) masked past ce, head
- * g's running max mrow (log2 units) and this thread's sum lrow updated; out: P^T's B fragments
- * pb0, pb1 (the weights rounded to M, S's fragments as they stand) and, when it returns true
- * (the same for the whole warp), the factors c0, c1 by which O^T's columns (heads 2 t4, 2 t4 + 1:
- * from lanes 8 t4, 8 t4 + 4) must be rescaled. lazy: the threshold above (0: move the max
- * whenever it grows). */
-template <typename M>
-__device__ __forceinline__ bool dtc_softmax_step(float (&sc)[2][4], int jb, int ce, int t4,
-                                                 float lazy, float &mrow, float &lrow, float &c0,
-                                                 float &c1, uint32_t &pb0, uint32_t &pb1) {
+ * g's running max mrow (log2 units) and this thread's sum lrow updated, and where a max moved
+ * (a warp-wide vote) O^T's accumulators o rescaled (its columns are heads 2 t4, 2 t4 + 1: their
+ * factors from lanes 8 t4, 8 t4 + 4); out: P^T's B fragments pb0, pb1 (the weights rounded to M,
+ * S's fragments as they stand). lazy: the threshold above (0: move the max whenever it grows). */
+template <typename M, int MT>
+__device__ __forceinline__ void dtc_softmax_step(float (&sc)[2][4], int jb, int ce, int t4,
+                                                 float lazy, float &mrow, float &lrow,
+                                                 float (&o)[MT][4], uint32_t &pb0,
+                                                 uint32_t &pb1) {
     float tmax = -INFINITY;
 #pragma unroll
     for (int n = 0; n < 2; n++)
@@ -1356,12 +1356,14 @@ __device__ __forceinline__ bool dtc_softmax_step(float (&sc)[2][4], int jb, int 
             pr[n][e] = none ? 0.0f : fast_exp2(sc[n][e] - mrow);
     lrow = lrow * corr + (pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]);
     if (rescale) {
-        c0 = __shfl_sync(0xffffffffu, corr, 8 * t4);
-        c1 = __shfl_sync(0xffffffffu, corr, 8 * t4 + 4);
+        const float c0 = __shfl_sync(0xffffffffu, corr, 8 * t4),
+                    c1 = __shfl_sync(0xffffffffu, corr, 8 * t4 + 4);
+#pragma unroll
+        for (int i = 0; i < MT; i++)
+            o[i][0] *= c0, o[i][1] *= c1, o[i][2] *= c0, o[i][3] *= c1;
     }
     pb0 = pack2<M>(pr[0][0], pr[0][1]);
     pb1 = pack2<M>(pr[1][0], pr[1][1]);
-    return rescale;
 }
 
 /* What both tensor-core decode kernels know of their block: its partition, sequence and kv head,
@@ -1662,12 +1664,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                     mma16816<M>(sc[n], a, b0w, b1w);
                 }
             }
-            float c0 = 1.0f, c1 = 1.0f;
             uint32_t pb0, pb1;
-            if (dtc_softmax_step<M>(sc, jb, ce, t4, lazy, mrow, lrow, c0, c1, pb0, pb1))
-#pragma unroll
-                for (int i = 0; i < KSTEPS; i++)
-                    o[i][0] *= c0, o[i][1] *= c1, o[i][2] *= c0, o[i][3] *= c1;
+            dtc_softmax_step<M>(sc, jb, ce, t4, lazy, mrow, lrow, o, pb0, pb1);
 #pragma unroll
             for (int i = 0; i < KSTEPS; i++) {
                 /* m-tile i: rows g / g + 8 are dims VDIMS g + 2 i / + 1 */
@@ -1804,12 +1802,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                 mma16816<M>(sc[0], a, kb[0], kb[1]);
                 mma16816<M>(sc[1], a, kb[2], kb[3]);
             }
-            float c0 = 1.0f, c1 = 1.0f;
             uint32_t pb0, pb1;
-            if (dtc_softmax_step<M>(sc, jb, ce, t4, lazy, mrow, lrow, c0, c1, pb0, pb1))
-#pragma unroll
-                for (int i = 0; i < KSTEPS; i++)
-                    o[i][0] *= c0, o[i][1] *= c1, o[i][2] *= c0, o[i][3] *= c1;
+            dtc_softmax_step<M>(sc, jb, ce, t4, lazy, mrow, lrow, o, pb0, pb1);
 #pragma unroll
             for (int i = 0; i < KSTEPS; i++) {
                 /* m-tile i: rows g / g + 8 are dims 16 i + g / + 8 */
