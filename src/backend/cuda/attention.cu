@@ -1340,13 +1340,16 @@ __device__ __forceinline__ void dtc_softmax_step(float (&sc)[2][4], int jb, int 
             if (jb + 8 * n + 2 * t4 + e >= ce) sc[n][e] = -INFINITY;
             tmax = fmaxf(tmax, sc[n][e]);
         }
-    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
-    /* the max moves when this tile passes it by more than lazy (mrow = -inf: any finite score) */
-    const bool grow = tmax > mrow + lazy;
-    const bool rescale = __any_sync(0xffffffffu, grow);
+    /* the max moves when this tile passes it by more than lazy (mrow = -inf: any finite score).
+     * A quad's lanes share mrow, so whether any head's tile max passes it is a vote on each
+     * lane's own scores; only then (rarely, with lazy) are the quad's maxima exchanged */
+    const bool rescale = __any_sync(0xffffffffu, tmax > mrow + lazy);
     float corr = 1.0f;
-    if (grow) corr = fast_exp2(mrow - tmax), mrow = tmax; /* 2^-inf = 0 */
+    if (rescale) {
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+        if (tmax > mrow + lazy) corr = fast_exp2(mrow - tmax), mrow = tmax; /* 2^-inf = 0 */
+    }
     const bool none = mrow == -INFINITY; /* no key of this head yet */
     float pr[2][2];
 #pragma unroll
