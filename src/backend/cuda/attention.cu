@@ -1155,12 +1155,14 @@ extern "C" int attention_prefill_cuda(const AttentionParams *p, cudaStream_t str
  * above, but a block takes every query head of its kv head and the products run on mma.sync
  * m16n8k16 (bf16 operands for a bf16 cache, f16 for f16 and fp8: e4m3 converts to f16
  * exactly), f32 accumulation. A warp takes 16 keys at a time:
- *   S (heads x 16 keys) = Q (heads padded to 16 rows) K^T: two n-tiles of 8 keys, head_dim / 16
- *     k-steps; Q's fragments are built once, q times the softmax scale in log2 units (times
- *     k_scale for fp8), rounded to the operand type;
+ *   S^T (16 keys x 8 heads) = K Q^T: K is the A operand (16 keys, no padding), Q^T the B
+ *     operand (its 8 columns the group's heads, zeros past it), head_dim / 16 k-steps in two
+ *     accumulator chains; Q's fragments are built once, q times the softmax scale in log2 units
+ *     (times k_scale for fp8), rounded to the operand type;
  *   O^T (head_dim x 8 heads) += V^T (head_dim x 16 keys) P^T: head_dim / 16 m-tiles, one k-step;
- *     P (rounded to the operand type) is S's accumulator fragment as it stands (the row of a
- *     head, keys 2t, 2t+1 and 2t+8, 2t+9 of thread t), so it needs no exchange.
+ *     P^T's B fragment is S^T's accumulator fragment (rounded to the operand type) transposed
+ *     by two movmatrix, and a thread's heads in S^T (2 t4, 2 t4 + 1) are its columns of O^T,
+ *     so a rescale needs no exchange either.
  * Neither product cares in which order it sums head_dim, so each thread's K fragment is one
  * contiguous run of a key's row (head_dim / 4 elements: 16-byte loads straight from the cache,
  * or, with the pipeline (an fp8 cache), from the warp's shared-memory stage that cp.async filled
@@ -1187,10 +1189,33 @@ __device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t s
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
     return d;
 }
-/* the two e4m3 values in the low 16 bits of v as f16x2 (exact) */
-__device__ __forceinline__ uint32_t e4m3x2_h2(uint32_t v) {
+/* the two e4m3 values in the low (e4m3x2_lo) or high (e4m3x2_hi) 16 bits of v as f16x2 (exact).
+ * sm_89 on: one cvt of a half of v (the high half by the operand's half select, no shift) */
+__device__ __forceinline__ uint32_t e4m3x2_lo(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint32_t d;
+    asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}" : "=r"(d) : "r"(v));
+    return d;
+#else
     const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xffffu), __NV_E4M3);
     return (uint32_t)h.x | (uint32_t)h.y << 16;
+#endif
+}
+__device__ __forceinline__ uint32_t e4m3x2_hi(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint32_t d;
+    asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, h;\n}" : "=r"(d) : "r"(v));
+    return d;
+#else
+    return e4m3x2_lo(v >> 16);
+#endif
+}
+/* the 8 x 8 matrix of 16-bit values whose fragment a thread holds (row lane / 4, columns
+ * 2 (lane % 4) + 0..1, as ldmatrix gives it), transposed: the same fragment of the transpose */
+__device__ __forceinline__ uint32_t movmatrix_t(uint32_t a) {
+    uint32_t d;
+    asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(d) : "r"(a));
+    return d;
 }
 
 /* n 32-bit words from p (n * 4 bytes, aligned to that or to 16) */
@@ -1321,52 +1346,52 @@ __device__ __forceinline__ uint32_t dtma_at(int r, int c) {
     return (uint32_t)((c >> 3) * 16 * DTMA_ROWB + r * DTMA_ROWB + (((c & 7) ^ (r & 7)) << 4));
 }
 
-/* One 16-key step's online softmax, shared by both tensor-core decode kernels: sc (S's
- * accumulator fragments: head g's scores for keys jb + 8 n + 2 t4 + 0..1) masked past ce, head
- * g's running max mrow (log2 units) and this thread's sum lrow updated, and where a max moved
- * (a warp-wide vote) O^T's accumulators o rescaled (its columns are heads 2 t4, 2 t4 + 1: their
- * factors from lanes 8 t4, 8 t4 + 4); out: P^T's B fragments pb0, pb1 (the weights rounded to M,
- * S's fragments as they stand). lazy: the threshold above (0: move the max whenever it grows). */
+/* One 16-key step's online softmax, shared by both tensor-core decode kernels. S^T's accumulator
+ * fragment sc as the products leave it: keys jb + g (sc[0], sc[1]) and jb + 8 + g (sc[2], sc[3])
+ * of heads 2 t4 (sc[0], sc[2]) and 2 t4 + 1 (sc[1], sc[3]), masked here past ce. mrow[e], lrow[e]:
+ * head 2 t4 + e's running max (log2 units, the same in the 8 lanes of a t4) and this thread's
+ * part of its sum; where a max moves (a warp-wide vote) O^T's accumulators o are rescaled: their
+ * columns are this thread's heads too, so the factors are its own. Out: P^T's B fragments pb0
+ * (keys jb + 2 t4 + 0..1 of head g) and pb1 (keys + 8), the weights rounded to M: S^T's
+ * fragments transposed by movmatrix. lazy: how far a tile's largest score may pass a head's max
+ * before it moves (0: whenever it grows). */
 template <typename M, int MT>
-__device__ __forceinline__ void dtc_softmax_step(float (&sc)[2][4], int jb, int ce, int t4,
-                                                 float lazy, float &mrow, float &lrow,
+__device__ __forceinline__ void dtc_softmax_step(float (&sc)[4], int jb, int ce, int g,
+                                                 float lazy, float (&mrow)[2], float (&lrow)[2],
                                                  float (&o)[MT][4], uint32_t &pb0,
                                                  uint32_t &pb1) {
-    float tmax = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < 2; n++)
+    if (jb + g >= ce) sc[0] = sc[1] = -INFINITY;
+    if (jb + 8 + g >= ce) sc[2] = sc[3] = -INFINITY;
+    float tmax[2] = {fmaxf(sc[0], sc[2]), fmaxf(sc[1], sc[3])};
+    /* the max moves when this tile passes it by more than lazy (mrow = -inf: any finite score).
+     * The 8 lanes of a t4 share mrow, so whether any head's tile max passes it is a vote on each
+     * lane's own scores; only then (rarely, with lazy) are their maxima exchanged */
+    const bool rescale =
+        __any_sync(0xffffffffu, tmax[0] > mrow[0] + lazy || tmax[1] > mrow[1] + lazy);
+    float corr[2] = {1.0f, 1.0f};
+    if (rescale) {
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-            if (jb + 8 * n + 2 * t4 + e >= ce) sc[n][e] = -INFINITY;
-            tmax = fmaxf(tmax, sc[n][e]);
+#pragma unroll
+            for (int off = 4; off < 32; off <<= 1)
+                tmax[e] = fmaxf(tmax[e], __shfl_xor_sync(0xffffffffu, tmax[e], off));
+            if (tmax[e] > mrow[e] + lazy)
+                corr[e] = fast_exp2(mrow[e] - tmax[e]), mrow[e] = tmax[e]; /* 2^-inf = 0 */
         }
-    /* the max moves when this tile passes it by more than lazy (mrow = -inf: any finite score).
-     * A quad's lanes share mrow, so whether any head's tile max passes it is a vote on each
-     * lane's own scores; only then (rarely, with lazy) are the quad's maxima exchanged */
-    const bool rescale = __any_sync(0xffffffffu, tmax > mrow + lazy);
-    float corr = 1.0f;
-    if (rescale) {
-        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
-        if (tmax > mrow + lazy) corr = fast_exp2(mrow - tmax), mrow = tmax; /* 2^-inf = 0 */
     }
-    const bool none = mrow == -INFINITY; /* no key of this head yet */
-    float pr[2][2];
+    float pr[4];
 #pragma unroll
-    for (int n = 0; n < 2; n++)
-#pragma unroll
-        for (int e = 0; e < 2; e++)
-            pr[n][e] = none ? 0.0f : fast_exp2(sc[n][e] - mrow);
-    lrow = lrow * corr + (pr[0][0] + pr[0][1]) + (pr[1][0] + pr[1][1]);
+    for (int i = 0; i < 4; i++) /* mrow = -inf: no key of this head yet */
+        pr[i] = mrow[i & 1] == -INFINITY ? 0.0f : fast_exp2(sc[i] - mrow[i & 1]);
+    lrow[0] = lrow[0] * corr[0] + (pr[0] + pr[2]);
+    lrow[1] = lrow[1] * corr[1] + (pr[1] + pr[3]);
     if (rescale) {
-        const float c0 = __shfl_sync(0xffffffffu, corr, 8 * t4),
-                    c1 = __shfl_sync(0xffffffffu, corr, 8 * t4 + 4);
 #pragma unroll
         for (int i = 0; i < MT; i++)
-            o[i][0] *= c0, o[i][1] *= c1, o[i][2] *= c0, o[i][3] *= c1;
+            o[i][0] *= corr[0], o[i][1] *= corr[1], o[i][2] *= corr[0], o[i][3] *= corr[1];
     }
-    pb0 = pack2<M>(pr[0][0], pr[0][1]);
-    pb1 = pack2<M>(pr[1][0], pr[1][1]);
+    pb0 = movmatrix_t(pack2<M>(pr[0], pr[1]));
+    pb1 = movmatrix_t(pack2<M>(pr[2], pr[3]));
 }
 
 /* What both tensor-core decode kernels know of their block: its partition, sequence and kv head,
@@ -1412,9 +1437,9 @@ __device__ __forceinline__ DtcBlock dtc_begin(const AttentionParams &p, int num_
     }
     return b;
 }
-/* Q's A fragments (row g: head h0 + g; rows g + 8 are padding), q times qscale rounded to M:
- * k-step ks takes dims dim(ks, e), e = 0, 1 in qa0 and e = 2, 3 in qa2 (the order in which the
- * kernel's K fragments hold the dims). q: sm_q's rows with FUSE, else token t's heads. */
+/* Q^T's B fragments (column g: head h0 + g, zeros past the group), q times qscale rounded to
+ * M: k-step ks takes dims dim(ks, e), e = 0, 1 in qa0 and e = 2, 3 in qa2 (the order in which
+ * the kernel's K fragments hold the dims). q: sm_q's rows with FUSE, else token t's heads. */
 template <typename M, int HD, bool FUSE, typename Dim>
 __device__ __forceinline__ void dtc_q_frags(const AttentionParams &p, const DtcBlock &b,
                                             const float *sm_q, float qscale,
@@ -1435,20 +1460,25 @@ __device__ __forceinline__ void dtc_q_frags(const AttentionParams &p, const DtcB
         qa2[ks] = pack2<M>(v[2], v[3]);
     }
 }
-/* The end of both tensor-core decode kernels: each warp's states (head g's running max, the sum
- * over the quad's lanes, O^T's accumulators: element e of m-tile i is head 2 t4 + (e & 1), dim
- * dim(i, e)) into sm_m, sm_l and sm_acc ([DEC_WARPS][DTC_MAX_GROUP][HD]; free for it), then
- * merged and written by decode_merge_store, the output times out_scale. */
+/* The end of both tensor-core decode kernels: each warp's states (head 2 t4 + e's running max
+ * mrow[e] and this thread's part of its sum lrow[e], as dtc_softmax_step keeps them; O^T's
+ * accumulators: element e of m-tile i is head 2 t4 + (e & 1), dim dim(i, e)) into sm_m, sm_l and
+ * sm_acc ([DEC_WARPS][DTC_MAX_GROUP][HD]; free for it), then merged and written by
+ * decode_merge_store, the output times out_scale. */
 template <int HD, typename Dim>
 __device__ __forceinline__ void dtc_finish(const AttentionParams &p, const DtcBlock &b,
-                                           const float (&o)[HD / 16][4], float mrow, float lrow,
-                                           float (*sm_acc)[DTC_MAX_GROUP][HD], int num_parts,
-                                           float *ws, float out_scale, Dim dim) {
+                                           const float (&o)[HD / 16][4], const float (&mrow)[2],
+                                           float (&lrow)[2], float (*sm_acc)[DTC_MAX_GROUP][HD],
+                                           int num_parts, float *ws, float out_scale, Dim dim) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-    lrow += __shfl_xor_sync(0xffffffffu, lrow, 1);
-    lrow += __shfl_xor_sync(0xffffffffu, lrow, 2);
     __shared__ float sm_m[DEC_WARPS][DTC_MAX_GROUP], sm_l[DEC_WARPS][DTC_MAX_GROUP];
-    if (t4 == 0 && g < b.group) sm_m[warp][g] = mrow, sm_l[warp][g] = lrow;
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+#pragma unroll
+        for (int off = 4; off < 32; off <<= 1)
+            lrow[e] += __shfl_xor_sync(0xffffffffu, lrow[e], off);
+        if (g == 0 && 2 * t4 + e < b.group) sm_m[warp][2 * t4 + e] = mrow[e], sm_l[warp][2 * t4 + e] = lrow[e];
+    }
 #pragma unroll
     for (int i = 0; i < HD / 16; i++)
 #pragma unroll
@@ -1499,7 +1529,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
 #pragma unroll
     for (int i = 0; i < KSTEPS; i++)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    float mrow = -INFINITY, lrow = 0.0f; /* head g's running max (log2 units), this thread's sum */
+    /* heads 2 t4 + e: running max (log2 units), this thread's part of the sum */
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
     const float lazy = p.dec_lazy;
 
     __shared__ int32_t sm_tab[DEC_TAB];
@@ -1517,6 +1548,26 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     /* chunk c of row r in a stage: the 128-byte swizzle of the copy engine, or dtc_swz_* */
     auto swz_k = [](int r, int c) { return TM ? c ^ (r & 7) : dtc_swz_k<HD * (int)sizeof(KV) / 16>(r, c); };
     auto swz_v = [](int r, int c) { return TM ? c ^ (r & 7) : dtc_swz_v<HD * (int)sizeof(KV) / 16>(r, c); };
+    /* the pipeline's fragment reads in a stage: row g's chunks of K (keys jb + g; jb + 8 + g
+     * at 8 rows more) and rows 2 t4 + e's chunk of V (keys jb + 2 t4 + e; + 8 likewise) */
+    constexpr int KCH = KWORDS >= 4 ? KWORDS / 4 : 1, VCH = VWORDS >= 4 ? VWORDS / 4 : 1;
+    int koff[KCH], voff[2][VCH];
+    if constexpr (ST > 0) {
+        constexpr int RB = HD * (int)sizeof(KV);
+#pragma unroll
+        for (int k = 0; k < KCH; k++)
+            koff[k] = g * RB + swz_k(g, t4 * KCH + k) * 16;
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int r = 2 * t4 + e;
+#pragma unroll
+            for (int k = 0; k < VCH; k++) /* VWORDS < 4 (8 bytes): half of chunk g / 2 */
+                voff[e][k] = 16 * RB + r * RB +
+                             (VWORDS >= 4 ? swz_v(r, g * VCH + k) * 16
+                                          : swz_v(r, g >> 1) * 16 + (g & 1) * 8);
+        }
+    }
+    (void)koff, (void)voff;
     for (int cs = j0; cs < j1;) {
         int b0;
         const int ce = dec_stage_table(sm_tab, table, cs, j1, bs, b0);
@@ -1599,32 +1650,20 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                     cp_async_wait<ST - 1>(); /* this thread's copies of step it have landed */
                     __syncwarp();            /* and every lane's */
                 }
-                constexpr int KCH = KWORDS >= 4 ? KWORDS / 4 : 1,
-                              VCH = VWORDS >= 4 ? VWORDS / 4 : 1;
+                /* rows g + 8 n and 2 t4 + e + 8 h: the offsets of rows g and 2 t4 + e (the
+                 * swizzles repeat every 8 rows) plus 8 rows, a constant */
 #pragma unroll
-                for (int n = 0; n < 2; n++) {
-                    const int r = 8 * n + g;
+                for (int n = 0; n < 2; n++)
 #pragma unroll
                     for (int k = 0; k < KCH; k++)
-                        load_words<KWORDS / KCH>(
-                            st + r * RB + swz_k(r, t4 * KCH + k) * 16,
-                            &kw[n][k * (KWORDS / KCH)]);
-                }
+                        load_words<KWORDS / KCH>(st + n * 8 * RB + koff[k],
+                                                 &kw[n][k * (KWORDS / KCH)]);
 #pragma unroll
-                for (int n = 0; n < 4; n++) {
-                    const int r = 2 * t4 + (n & 1) + (n >> 1) * 8;
-                    if constexpr (VWORDS >= 4) {
+                for (int n = 0; n < 4; n++)
 #pragma unroll
-                        for (int k = 0; k < VCH; k++)
-                            load_words<4>(
-                                st + 16 * RB + r * RB + swz_v(r, g * VCH + k) * 16,
-                                &vw[n][k * 4]);
-                    } else { /* 8 bytes: half of chunk g / 2 */
-                        load_words<VWORDS>(st + 16 * RB + r * RB + swz_v(r, g >> 1) * 16 +
-                                               (g & 1) * 8,
-                                           vw[n]);
-                    }
-                }
+                    for (int k = 0; k < VCH; k++)
+                        load_words<VWORDS / VCH>(st + (n >> 1) * 8 * RB + voff[n & 1][k],
+                                                 &vw[n][k * (VWORDS / VCH)]);
                 __syncwarp(); /* read before the stage is refilled (issued at step it + 1) */
             } else {
 #pragma unroll
@@ -1648,27 +1687,28 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                             vw[n][w] = 0u;
                 }
             }
-            /* S: sc[n][0..1] = head g's scores for keys jb + 8 n + 2 t4 + 0..1 */
-            float sc[2][4];
+            /* S^T (16 keys x 8 heads) = K Q^T: A rows g, g + 8 are keys jb + g, jb + 8 + g
+             * (k-step ks: dims dim(ks, 0..1) in a0 / a1, dim(ks, 2..3) in a2 / a3), B Q's
+             * fragments; even and odd k-steps in two accumulators (two dependent chains) */
+            float st[2][4] = {};
 #pragma unroll
-            for (int n = 0; n < 2; n++) {
-                sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
-#pragma unroll
-                for (int ks = 0; ks < KSTEPS; ks++) {
-                    uint32_t b0w, b1w;
-                    if constexpr (F8) {
-                        b0w = e4m3x2_h2(kw[n][ks]);
-                        b1w = e4m3x2_h2(kw[n][ks] >> 16);
-                    } else {
-                        b0w = kw[n][2 * ks];
-                        b1w = kw[n][2 * ks + 1];
-                    }
-                    const uint32_t a[4] = {qa0[ks], 0u, qa2[ks], 0u};
-                    mma16816<M>(sc[n], a, b0w, b1w);
+            for (int ks = 0; ks < KSTEPS; ks++) {
+                uint32_t a[4];
+                if constexpr (F8) {
+                    a[0] = e4m3x2_lo(kw[0][ks]), a[1] = e4m3x2_lo(kw[1][ks]);
+                    a[2] = e4m3x2_hi(kw[0][ks]), a[3] = e4m3x2_hi(kw[1][ks]);
+                } else {
+                    a[0] = kw[0][2 * ks], a[1] = kw[1][2 * ks];
+                    a[2] = kw[0][2 * ks + 1], a[3] = kw[1][2 * ks + 1];
                 }
+                mma16816<M>(st[ks & 1], a, qa0[ks], qa2[ks]);
             }
+            float sc[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                sc[e] = st[0][e] + st[1][e];
             uint32_t pb0, pb1;
-            dtc_softmax_step<M>(sc, jb, ce, t4, lazy, mrow, lrow, o, pb0, pb1);
+            dtc_softmax_step<M>(sc, jb, ce, g, lazy, mrow, lrow, o, pb0, pb1);
 #pragma unroll
             for (int i = 0; i < KSTEPS; i++) {
                 /* m-tile i: rows g / g + 8 are dims VDIMS g + 2 i / + 1 */
@@ -1678,8 +1718,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                     const uint32_t sel = i & 1 ? 0x7362u : 0x5140u;
                     const uint32_t lo = byte_perm(vw[0][w], vw[1][w], sel),
                                    hi = byte_perm(vw[2][w], vw[3][w], sel);
-                    a[0] = e4m3x2_h2(lo), a[1] = e4m3x2_h2(lo >> 16);
-                    a[2] = e4m3x2_h2(hi), a[3] = e4m3x2_h2(hi >> 16);
+                    a[0] = e4m3x2_lo(lo), a[1] = e4m3x2_hi(lo);
+                    a[2] = e4m3x2_lo(hi), a[3] = e4m3x2_hi(hi);
                 } else {
                     a[0] = byte_perm(vw[0][i], vw[1][i], 0x5410u);
                     a[1] = byte_perm(vw[0][i], vw[1][i], 0x7632u);
@@ -1736,7 +1776,8 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
 #pragma unroll
     for (int i = 0; i < KSTEPS; i++)
         o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    float mrow = -INFINITY, lrow = 0.0f; /* head g's running max (log2 units), this thread's sum */
+    /* heads 2 t4 + e: running max (log2 units), this thread's part of the sum */
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
     const float lazy = p.dec_lazy;
 
     /* the warp's stages (aligned for the swizzle) and their barriers */
@@ -1745,9 +1786,13 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     const uint32_t wst = dsm0 + (uint32_t)(warp * ST * SB);
     __shared__ __align__(8) uint64_t sm_bar[DEC_WARPS][ST];
     const uint64_t policy = dtma_warp_init(sm_bar[warp], ST);
-    /* ldmatrix row addresses: lane L gives row L % 8 of matrix L / 8: key (L % 8) + 8 ((L / 8) >>
-     * 1), chunk (L / 8) & 1 of the k-step / m-tile */
+    /* ldmatrix row addresses: lane L gives row L % 8 of matrix L / 8. V's: key (L % 8) + 8
+     * ((L / 8) >> 1), chunk (L / 8) & 1 of the m-tile */
     const int lm = lane >> 3, lkey = (lane & 7) + 8 * (lm >> 1), lch = lm & 1;
+    /* K's: matrix L / 8 is key (L % 8) + 8 ((L / 8) & 1), chunk (L / 8) >> 1, so that the four
+     * come in the order of K's A fragment (keys 0..7 / 8..15 of the first 8 dims, then of the
+     * next 8) */
+    const int kkey = (lane & 7) + 8 * (lm & 1), kch = lm >> 1;
 
     __shared__ int32_t sm_tab[DEC_TAB];
     const int bs = p.block_size;
@@ -1795,18 +1840,21 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
                 __syncwarp();
             }
-            /* S: sc[n][0..1] = head g's scores for keys jb + 8 n + 2 t4 + 0..1 */
-            float sc[2][4] = {};
+            /* S^T (16 keys x 8 heads) = K Q^T: ldmatrix gives K's A fragment (keys 0..7 then
+             * 8..15 of dims 16 ks .., then of dims 16 ks + 8 ..); two accumulator chains */
+            float stc[2][4] = {};
 #pragma unroll
             for (int ks = 0; ks < KSTEPS; ks++) {
-                uint32_t kb[4]; /* keys 0..7: dims 16 ks .., 16 ks + 8 ..; keys 8..15: the same */
-                ldsm_x4(st + dtma_at(lkey, 2 * ks + lch), kb);
-                const uint32_t a[4] = {qa0[ks], 0u, qa2[ks], 0u};
-                mma16816<M>(sc[0], a, kb[0], kb[1]);
-                mma16816<M>(sc[1], a, kb[2], kb[3]);
+                uint32_t a[4]; /* (keys 0..7, dims 16 ks ..), (8..15, ..), (0..7, + 8), (8..15, + 8) */
+                ldsm_x4(st + dtma_at(kkey, 2 * ks + kch), a);
+                mma16816<M>(stc[ks & 1], a, qa0[ks], qa2[ks]);
             }
+            float sc[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                sc[e] = stc[0][e] + stc[1][e];
             uint32_t pb0, pb1;
-            dtc_softmax_step<M>(sc, jb, ce, t4, lazy, mrow, lrow, o, pb0, pb1);
+            dtc_softmax_step<M>(sc, jb, ce, g, lazy, mrow, lrow, o, pb0, pb1);
 #pragma unroll
             for (int i = 0; i < KSTEPS; i++) {
                 /* m-tile i: rows g / g + 8 are dims 16 i + g / + 8 */
