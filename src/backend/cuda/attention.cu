@@ -557,7 +557,22 @@ extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms)
                        : tma16 ? dtma_blocks_per_sm(p->hd, dtma_stages())
                        : st    ? dtc_pipe_blocks_per_sm(kvb, p->hd, st)
                                : dtc_blocks_per_sm(p->kvdt == DTYPE_FP8_E4M3, p->hd);
-    const int64_t slots = per_sm * (int64_t)num_sms;
+    /* An fp8 cache's tensor-core kernel counts 2 blocks an SM here, not the 4 it holds: a block
+     * streams half the bytes a key of a 16-bit cache's, so a partition's fixed costs (the
+     * prologue, the first tile's latency, the partition state and the merge) weigh twice as
+     * much, and fewer, longer partitions win. H200, 2026-11-26 (CVLLM_CUDA_DEC_SLOTS, output
+     * tok/s): the default workload 35,633 / 35,603 at 2 against 35,096 / 35,030 at 4 (35,597 /
+     * 35,466 at 1, 35,423 / 35,384 at 3); 64 x 1000/1000 22,685 against 20,792; 32 x 1000/1000
+     * 15,003 against 14,126; 256 x 562/523 and batch 1 unchanged. The bf16 kernel at 2: unchanged
+     * (32 and 64 x 1000/1000, the default workload). CVLLM_CUDA_DEC_SLOTS=N counts N for every
+     * kernel. */
+    static int slots_env = -1;
+    if (slots_env < 0) {
+        const char *e = getenv("CVLLM_CUDA_DEC_SLOTS");
+        slots_env = e && *e && atoi(e) > 0 ? atoi(e) : 0;
+    }
+    const int wave = slots_env ? slots_env : tc && kvb == 1 ? 2 : per_sm;
+    const int64_t slots = wave * (int64_t)num_sms;
     /* rounded up, the grid is a wave and a little more (at 2..49 sequences of qwen3-0.6b on an
      * H200, e.g. 416 blocks for 396 places at 4 sequences); rounded down to at most one wave it
      * was no faster (2026-11-23) */
