@@ -1204,27 +1204,24 @@ __device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t s
     asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
     return d;
 }
-/* the two e4m3 values in the low (e4m3x2_lo) or high (e4m3x2_hi) 16 bits of v as f16x2 (exact).
- * sm_89 on: one cvt of a half of v (the high half by the operand's half select, no shift) */
-__device__ __forceinline__ uint32_t e4m3x2_lo(uint32_t v) {
+/* the two e4m3 values in the low (HI = 0) or high (HI = 1) 16 bits of v as f16x2 (exact). sm_89
+ * on: one cvt of that half of v (the high one by the operand's half select, no shift) */
+template <int HI> __device__ __forceinline__ uint32_t e4m3x2_to_h2(uint32_t v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     uint32_t d;
-    asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}" : "=r"(d) : "r"(v));
+    if constexpr (HI)
+        asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, h;\n}" : "=r"(d) : "r"(v));
+    else
+        asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}" : "=r"(d) : "r"(v));
     return d;
 #else
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xffffu), __NV_E4M3);
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+        (__nv_fp8x2_storage_t)((HI ? v >> 16 : v) & 0xffffu), __NV_E4M3);
     return (uint32_t)h.x | (uint32_t)h.y << 16;
 #endif
 }
-__device__ __forceinline__ uint32_t e4m3x2_hi(uint32_t v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    uint32_t d;
-    asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, h;\n}" : "=r"(d) : "r"(v));
-    return d;
-#else
-    return e4m3x2_lo(v >> 16);
-#endif
-}
+__device__ __forceinline__ uint32_t e4m3x2_lo(uint32_t v) { return e4m3x2_to_h2<0>(v); }
+__device__ __forceinline__ uint32_t e4m3x2_hi(uint32_t v) { return e4m3x2_to_h2<1>(v); }
 /* the 8 x 8 matrix of 16-bit values whose fragment a thread holds (row lane / 4, columns
  * 2 (lane % 4) + 0..1, as ldmatrix gives it), transposed: the same fragment of the transpose */
 __device__ __forceinline__ uint32_t movmatrix_t(uint32_t a) {
@@ -1705,7 +1702,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
             /* S^T (16 keys x 8 heads) = K Q^T: A rows g, g + 8 are keys jb + g, jb + 8 + g
              * (k-step ks: dims dim(ks, 0..1) in a0 / a1, dim(ks, 2..3) in a2 / a3), B Q's
              * fragments; even and odd k-steps in two accumulators (two dependent chains) */
-            float st[2][4] = {};
+            float stc[2][4] = {};
 #pragma unroll
             for (int ks = 0; ks < KSTEPS; ks++) {
                 uint32_t a[4];
@@ -1716,12 +1713,12 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                     a[0] = kw[0][2 * ks], a[1] = kw[1][2 * ks];
                     a[2] = kw[0][2 * ks + 1], a[3] = kw[1][2 * ks + 1];
                 }
-                mma16816<M>(st[ks & 1], a, qa0[ks], qa2[ks]);
+                mma16816<M>(stc[ks & 1], a, qa0[ks], qa2[ks]);
             }
             float sc[4];
 #pragma unroll
             for (int e = 0; e < 4; e++)
-                sc[e] = st[0][e] + st[1][e];
+                sc[e] = stc[0][e] + stc[1][e];
             uint32_t pb0, pb1;
             dtc_softmax_step<M>(sc, jb, ce, g, lazy, mrow, lrow, o, pb0, pb1);
 #pragma unroll
