@@ -960,63 +960,77 @@ __global__ void __launch_bounds__(128) attention_prefill_tc_kernel(AttentionPara
     const int pos0 = base + r0 + g, pos1 = pos0 + 8;
     const int warp_last = base + r0 + 15; /* the warp's last row position */
 
-    /* key tiles through two shared-memory stages with cp.async: tile i + 1's copies are in
-     * flight while tile i is computed on (keys past kmax zero-filled: src-size 0) */
-    auto issue = [&](int kt, int st) {
-        C *K = sbase + st * 2 * TILE, *V = K + TILE;
-        if constexpr (IsFp8<KV>::value) {
-            /* all of a thread's loads first (8 of K, 8 of V at head_dim 128), then the stores */
-            constexpr int PER = TC_BK * CH / 128;
-            uint2 kr[PER], vr[PER];
+    /* key tiles through two shared-memory stages: tile i + 1's copies are in flight while tile i
+     * is computed on (keys past kmax zero-filled). A 16-bit cache: cp.async. An fp8 cache: a
+     * thread's loads of tile i + 1 into registers (kr, vr: 8 of K and 8 of V at head_dim 128) are
+     * issued before tile i is computed on, and converted into their stage at the top of the next
+     * iteration, before its barrier (that stage's tile, i - 1, was done with at this one's) */
+    constexpr int PER = IsFp8<KV>::value ? TC_BK * CH / 128 : 1;
+    uint2 kr[PER], vr[PER];
+    (void)kr, (void)vr;
+    auto load_fp8 = [&](int kt) {
 #pragma unroll
-            for (int u = 0; u < PER; u++) {
-                const int i = threadIdx.x + u * 128, j = i / CH, c8 = (i % CH) * 8, key = kt + j;
-                kr[u] = vr[u] = make_uint2(0, 0);
-                if (key < kmax) {
-                    const int64_t slot =
-                        (int64_t)table[key / p.block_size] * p.block_size + key % p.block_size;
-                    const int64_t off = slot * kv_stride + (int64_t)kvh * HD + c8;
-                    kr[u] = *(const uint2 *)(kc + off);
-                    vr[u] = *(const uint2 *)(vc + off);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < PER; u++) {
-                const int i = threadIdx.x + u * 128, j = i / CH, c8 = (i % CH) * 8;
-                *(uint4 *)&K[j * LD + c8] = fp8x8_to<C>(kr[u], p.k_scale);
-                *(uint4 *)&V[j * LD + c8] = fp8x8_to<C>(vr[u], p.v_scale);
-            }
-        } else {
-            for (int i = threadIdx.x; i < TC_BK * CH; i += blockDim.x) {
-                const int j = i / CH, c8 = (i % CH) * 8, key = kt + j;
-                int64_t off = 0;
-                const int sz = key < kmax ? 16 : 0;
-                if (sz) {
-                    const int64_t slot =
-                        (int64_t)table[key / p.block_size] * p.block_size + key % p.block_size;
-                    off = slot * kv_stride + (int64_t)kvh * HD + c8;
-                }
-                const uint32_t ks = (uint32_t)__cvta_generic_to_shared(&K[j * LD + c8]);
-                const uint32_t vs = (uint32_t)__cvta_generic_to_shared(&V[j * LD + c8]);
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ks),
-                             "l"(kc + off), "r"(sz));
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(vs),
-                             "l"(vc + off), "r"(sz));
+        for (int u = 0; u < PER; u++) {
+            const int i = threadIdx.x + u * 128, j = i / CH, c8 = (i % CH) * 8, key = kt + j;
+            kr[u] = vr[u] = make_uint2(0, 0);
+            if (key < kmax) {
+                const int64_t slot =
+                    (int64_t)table[key / p.block_size] * p.block_size + key % p.block_size;
+                const int64_t off = slot * kv_stride + (int64_t)kvh * HD + c8;
+                kr[u] = *(const uint2 *)(kc + off);
+                vr[u] = *(const uint2 *)(vc + off);
             }
         }
-        asm volatile("cp.async.commit_group;\n" ::); /* fp8: an empty group, the count stays */
+    };
+    auto store_fp8 = [&](int st) {
+        C *K = sbase + st * 2 * TILE, *V = K + TILE;
+#pragma unroll
+        for (int u = 0; u < PER; u++) {
+            const int i = threadIdx.x + u * 128, j = i / CH, c8 = (i % CH) * 8;
+            *(uint4 *)&K[j * LD + c8] = fp8x8_to<C>(kr[u], p.k_scale);
+            *(uint4 *)&V[j * LD + c8] = fp8x8_to<C>(vr[u], p.v_scale);
+        }
+    };
+    auto issue = [&](int kt, int st) { /* a 16-bit cache */
+        C *K = sbase + st * 2 * TILE, *V = K + TILE;
+        for (int i = threadIdx.x; i < TC_BK * CH; i += blockDim.x) {
+            const int j = i / CH, c8 = (i % CH) * 8, key = kt + j;
+            int64_t off = 0;
+            const int sz = key < kmax ? 16 : 0;
+            if (sz) {
+                const int64_t slot =
+                    (int64_t)table[key / p.block_size] * p.block_size + key % p.block_size;
+                off = slot * kv_stride + (int64_t)kvh * HD + c8;
+            }
+            const uint32_t ks = (uint32_t)__cvta_generic_to_shared(&K[j * LD + c8]);
+            const uint32_t vs = (uint32_t)__cvta_generic_to_shared(&V[j * LD + c8]);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ks),
+                         "l"(kc + off), "r"(sz));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(vs),
+                         "l"(vc + off), "r"(sz));
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
     };
     const int ntk = (kmax + TC_BK - 1) / TC_BK;
-    issue(0, 0);
+    if constexpr (IsFp8<KV>::value)
+        load_fp8(0);
+    else
+        issue(0, 0);
     for (int it = 0; it < ntk; it++) {
         const int kt = it * TC_BK, st = it & 1;
-        __syncthreads(); /* stage st ^ 1 (the previous tile, or Q) is no longer read */
-        if (it + 1 < ntk)
-            issue(kt + TC_BK, st ^ 1);
-        else
-            asm volatile("cp.async.commit_group;\n" ::); /* an empty group: the count stays */
-        asm volatile("cp.async.wait_group 1;\n" ::);     /* this thread's copies of tile it */
-        __syncthreads();                                 /* everyone's */
+        if constexpr (IsFp8<KV>::value) {
+            store_fp8(st); /* tile it, loaded during the last iteration (or before the loop) */
+            __syncthreads(); /* every thread's stores of it; every warp done with it - 1 */
+            if (it + 1 < ntk) load_fp8(kt + TC_BK);
+        } else {
+            __syncthreads(); /* stage st ^ 1 (the previous tile, or Q) is no longer read */
+            if (it + 1 < ntk)
+                issue(kt + TC_BK, st ^ 1);
+            else
+                asm volatile("cp.async.commit_group;\n" ::); /* an empty group: the count stays */
+            asm volatile("cp.async.wait_group 1;\n" ::);     /* this thread's copies of tile it */
+            __syncthreads();                                 /* everyone's */
+        }
         if (kt > warp_last) continue; /* every key past every row of this warp (warp-uniform) */
         const C *Ks = sbase + st * 2 * TILE, *Vs = Ks + TILE;
         float sc[NK][4];
