@@ -1571,15 +1571,16 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if constexpr (TM) policy = dtma_warp_init(sm_bar[warp], ST);
 #endif
-    /* chunk c of row r in a stage: the 128-byte swizzle of the copy engine, or dtc_swz_* */
-    auto swz_k = [](int r, int c) { return TM ? c ^ (r & 7) : dtc_swz_k<HD * (int)sizeof(KV) / 16>(r, c); };
-    auto swz_v = [](int r, int c) { return TM ? c ^ (r & 7) : dtc_swz_v<HD * (int)sizeof(KV) / 16>(r, c); };
+    /* a row's bytes and 16-byte chunks; chunk c of row r in a stage: the 128-byte swizzle of the
+     * copy engine, or dtc_swz_* */
+    constexpr int RB = HD * (int)sizeof(KV), CPR = RB / 16;
+    auto swz_k = [](int r, int c) { return TM ? c ^ (r & 7) : dtc_swz_k<CPR>(r, c); };
+    auto swz_v = [](int r, int c) { return TM ? c ^ (r & 7) : dtc_swz_v<CPR>(r, c); };
     /* the pipeline's fragment reads in a stage: row g's chunks of K (keys jb + g; jb + 8 + g
      * at 8 rows more) and rows 2 t4 + e's chunk of V (keys jb + 2 t4 + e; + 8 likewise) */
     constexpr int KCH = KWORDS >= 4 ? KWORDS / 4 : 1, VCH = VWORDS >= 4 ? VWORDS / 4 : 1;
     int koff[KCH], voff[2][VCH];
     if constexpr (ST > 0) {
-        constexpr int RB = HD * (int)sizeof(KV);
 #pragma unroll
         for (int k = 0; k < KCH; k++)
             koff[k] = g * RB + swz_k(g, t4 * KCH + k) * 16;
@@ -1605,7 +1606,6 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
         /* the pipeline (ST > 0): step `it` of this warp (keys jb = cs + warp * 16 + it * 64)
          * copied into stage it % ST; a step past ce copies nothing but still commits a group,
          * so that the count of groups is the count of steps */
-        constexpr int RB = HD * (int)sizeof(KV), CPR = RB / 16;
         char *wst = NULL;
         auto issue = [&](int it) {
             const int jb = cs + warp * 16 + it * DEC_WARPS * 16;
