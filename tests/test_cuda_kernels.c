@@ -542,9 +542,15 @@ static void test_gemm(void **state) {
                              {4, 6144, 1024},  {1, 1023, 2048}, {2, 96, 100},     {2, 2049, 2048},
                              {8, 1024, 2048},  {40, 1024, 3072}, {128, 1000, 2048}, {200, 4096, 1024},
                              {256, 1024, 3072}, {33, 6144, 1024}, {9, 1030, 1024}};
+    /* path 0: gemm_cuda (cuBLASLt above the GEMV's sizes); path 1: gemm_mma_cuda for every
+     * shape of T > 4 it takes (K a multiple of 64, bf16 / f16: split over the blocks of a
+     * cluster, T over several tiles at 257 and 1000, N not a multiple of the tile) */
+    gemm_set_mma_max_t(g, 0);
+    for (int path = 0; path < 2; path++)
     for (int si = 0; si < (int)(sizeof shapes / sizeof shapes[0]); si++)
         for (int di = 0; di < 3; di++) {
             const int T = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+            if (path && (T <= 4 || !gemm_mma_supported(DTYPES[di], T, K, NULL, NULL))) continue;
             const DType dt = DTYPES[di];
             const int64_t ldy = N + (si & 1) * 5;
             float *x = xmalloc((size_t)T * K * 4), *w = xmalloc((size_t)N * K * 4);
@@ -573,7 +579,9 @@ static void test_gemm(void **state) {
                 const size_t ys = dtype_size(ydt);
                 void *dy = oi == 2 ? dev_upload(y0, (size_t)T * ldy * 4)
                                    : dev_poisoned((size_t)T * ldy * ys);
-                if (oi == 2)
+                if (path)
+                    OK(gemm_mma_cuda(dy, ydt, oi == 2, ldy, dxh, dwh, dt, T, N, K, g_stream));
+                else if (oi == 2)
                     OK(gemm_cuda_acc(g, dy, ldy, dxh, dwh, dt, T, N, K, g_stream));
                 else if (oi == 1)
                     OK(gemm_cuda_to(g, dy, ydt, ldy, dxh, dwh, dt, T, N, K, g_stream));
@@ -583,9 +591,23 @@ static void test_gemm(void **state) {
                 dev_download(got, dy, (size_t)T * ldy * ys);
                 for (int t = 0; t < T; t++)
                     unpack(ydt, got + (size_t)t * ldy * ys, gotc + (int64_t)t * N, N);
+                if (path && oi == 0) { /* the same bits again (the splits add in a fixed order) */
+                    void *dy2 = dev_poisoned((size_t)T * ldy * ys);
+                    char *got2 = xmalloc((size_t)T * ldy * ys);
+                    OK(gemm_mma_cuda(dy2, ydt, 0, ldy, dxh, dwh, dt, T, N, K, g_stream));
+                    dev_download(got2, dy2, (size_t)T * ldy * ys);
+                    for (int t = 0; t < T; t++)
+                        if (memcmp(got + (size_t)t * ldy * ys, got2 + (size_t)t * ldy * ys,
+                                   (size_t)N * ys))
+                            fail_msg("gemm_mma [%d,%d]x[%d,%d]^T: row %d differs between runs", T,
+                                     K, N, K, t);
+                    cudaFree(dy2);
+                    free(got2);
+                }
                 char what[96];
-                snprintf(what, sizeof what, "gemm %s [%d,%d]x[%d,%d]^T -> %s%s", dtype_name(dt), T,
-                         K, N, K, dtype_name(ydt), oi == 2 ? " (+= y)" : "");
+                snprintf(what, sizeof what, "gemm%s %s [%d,%d]x[%d,%d]^T -> %s%s",
+                         path ? " (mma)" : "", dtype_name(dt), T, K, N, K, dtype_name(ydt),
+                         oi == 2 ? " (+= y)" : "");
                 compare(what, gotc, oi == 2 ? ref0 : ref, (int64_t)T * N,
                         dt == DTYPE_F32 ? 2e-5 : oi == 1 ? tol_for(dt, 0) : 1e-4);
                 cudaFree(dy);
@@ -603,6 +625,12 @@ static void test_gemm(void **state) {
         gemv_cuda_out(ws, DTYPE_F16, 0, 64, ws, ws, DTYPE_BF16, 1, 64, 64, g_stream), 0);
     assert_int_not_equal(
         gemv_cuda_out(ws, DTYPE_BF16, 1, 64, ws, ws, DTYPE_BF16, 1, 64, 64, g_stream), 0);
+    assert_int_not_equal(
+        gemm_mma_cuda(ws, DTYPE_F16, 0, 64, ws, ws, DTYPE_BF16, 16, 64, 64, g_stream), 0);
+    assert_int_not_equal(
+        gemm_mma_cuda(ws, DTYPE_BF16, 1, 64, ws, ws, DTYPE_BF16, 16, 64, 64, g_stream), 0);
+    assert_int_not_equal( /* K not a multiple of 64 */
+        gemm_mma_cuda(ws, DTYPE_F32, 0, 64, ws, ws, DTYPE_BF16, 16, 64, 96, g_stream), 0);
     gemm_destroy(g);
     cudaFree(ws);
 }

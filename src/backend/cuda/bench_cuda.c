@@ -81,9 +81,13 @@ typedef struct {
     float *y;
     void *x, *w;
     int T, N, K;
+    int mma; /* gemm_mma_cuda instead of gemm_cuda */
 } GemmCtx;
 static int gemm_launch(void *ctx, cudaStream_t st) {
     GemmCtx *c = ctx;
+    if (c->mma)
+        return gemm_mma_cuda(c->y, DTYPE_F32, 0, c->N, c->x, c->w, DTYPE_BF16, c->T, c->N, c->K,
+                             st);
     return gemm_cuda(c->g, c->y, c->N, c->x, c->w, DTYPE_BF16, c->T, c->N, c->K, st);
 }
 
@@ -145,26 +149,34 @@ static int bench_gemm(cudaStream_t st) {
     fill_random_bf16(w, (size_t)151936 * 1024);
     CudaGemm *g;
     BOK(gemm_create(&g, ws, 32 << 20));
+    gemm_set_mma_max_t(g, 0);
     printf("gemm (bf16 in, f32 accumulate and out; T <= 4: gemv.cu, else cuBLASLt): one launch "
            "between events (its host time included): ms, TFLOP/s, GB/s of weights | %d in a CUDA "
-           "graph, each its own weights (from memory, not L2): us a product, GB/s of weights\n",
+           "graph, each its own weights (from memory, not L2): us a product, GB/s of weights | the same "
+           "through gemm_mma.cu\n",
            GEMM_GRAPH);
     for (int si = 0; si < 5; si++)
         for (int ti = 0; ti < 9; ti++) {
             const int T = Ts[ti], N = shapes[si][0], K = shapes[si][1];
             if (si == 4 && T > 2048) continue;
-            GemmCtx c = {g, y, x, w, T, N, K};
+            GemmCtx c = {g, y, x, w, T, N, K, 0};
             float ms = time_ms(gemm_launch, &c, st, 20);
             /* as many weight slices as the buffer holds, up to one a product */
             int nw = (int)((size_t)151936 * 1024 / ((size_t)N * K));
             nw = nw > GEMM_GRAPH ? GEMM_GRAPH : nw < 1 ? 1 : nw;
             const float us = T <= 256 ? gemm_graph_us(&c, nw, st) : -1;
+            /* the same product by gemm_mma.cu (T > 4: gemv.cu's sizes stay there) */
+            GemmCtx cm = c;
+            cm.mma = 1;
+            const float us_mma = T > 4 && T <= 256 ? gemm_graph_us(&cm, nw, st) : -1;
             printf("  %-8s T %5d  [%6d x %4d]  %8.4f ms  %7.1f TFLOP/s  %7.0f GB/s", names[si], T,
                    N, K, ms, 2.0 * T * N * K / (ms * 1e9), (double)N * K * 2 / (ms * 1e6));
             if (us > 0)
-                printf(" | graph %7.2f us  %6.0f GB/s\n", us, (double)N * K * 2 / (us * 1e3));
-            else
-                printf("\n");
+                printf(" | graph %7.2f us  %6.0f GB/s", us, (double)N * K * 2 / (us * 1e3));
+            if (us_mma > 0)
+                printf(" | mma %7.2f us  %6.0f GB/s  %6.1f TFLOP/s", us_mma,
+                       (double)N * K * 2 / (us_mma * 1e3), 2.0 * T * N * K / (us_mma * 1e6));
+            printf("\n");
         }
     gemm_destroy(g);
     cudaFree(ws), cudaFree(x), cudaFree(w), cudaFree(y);
@@ -203,7 +215,7 @@ static int bench_gemm_algos(cudaStream_t st) {
             float first = -1, best = -1;
             int best_r = -1;
             for (int r = 0; r < GEMM_RANKS; r++) {
-                GemmCtx c = {g[r], y, x, w, T, N, K};
+                GemmCtx c = {g[r], y, x, w, T, N, K, 0};
                 if (gemm_launch(&c, st) != 0 || cudaStreamSynchronize(st) != cudaSuccess) {
                     cudaGetLastError();
                     break; /* fewer algorithms than r + 1 */

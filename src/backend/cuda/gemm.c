@@ -37,6 +37,7 @@ struct CudaGemm {
     GemmPlan plans[GEMM_MAX_PLANS];
     int num_plans, next_evict;
     int algo_rank; /* gemm_set_algo_rank: the heuristic's algorithm taken (0: its first) */
+    int mma_max_t; /* gemm_set_mma_max_t: the largest T that goes to gemm_mma.cu (0: none) */
 };
 
 static int lt_error(cublasStatus_t st, int line, const char *what) {
@@ -49,6 +50,16 @@ static int lt_error(cublasStatus_t st, int line, const char *what) {
         if (st_ != CUBLAS_STATUS_SUCCESS) return lt_error(st_, __LINE__, #call);                   \
     } while (0)
 
+/* CVLLM_CUDA_MMA_MAX_T: the largest T whose products with N <= K (o and down: few tiles of y,
+ * long rows of W, split over clusters) go to gemm_mma.cu (default MMA_MAX_T_DEFAULT; 0: none,
+ * every product above the GEMV's sizes to cuBLASLt) */
+#define MMA_MAX_T_DEFAULT 16
+static int mma_max_t_default(void) {
+    const char *e = getenv("CVLLM_CUDA_MMA_MAX_T");
+    const int v = e && *e ? atoi(e) : MMA_MAX_T_DEFAULT;
+    return v < 0 ? 0 : v;
+}
+
 int gemm_create(CudaGemm **out, void *d_ws, size_t ws_bytes) {
     *out = NULL;
     CudaGemm *g = xcalloc(1, sizeof *g);
@@ -59,6 +70,7 @@ int gemm_create(CudaGemm **out, void *d_ws, size_t ws_bytes) {
     }
     g->ws = d_ws;
     g->ws_bytes = ws_bytes;
+    g->mma_max_t = mma_max_t_default();
     *out = g;
     return 0;
 }
@@ -69,6 +81,10 @@ int gemm_set_algo_rank(CudaGemm *g, int rank) {
                             rank, GEMM_MAX_ALGOS - 1);
     g->algo_rank = rank;
     return 0;
+}
+
+void gemm_set_mma_max_t(CudaGemm *g, int max_t) {
+    g->mma_max_t = max_t < 0 ? 0 : max_t;
 }
 
 static void plan_free(GemmPlan *p) {
@@ -147,6 +163,8 @@ static int gemm_run(CudaGemm *g, void *d_y, DType ydt, int acc, int64_t ldy, con
                             dtype_name(adt), dtype_name(ydt));
     if (T <= gemv_max_t() && gemv_cuda_supported(adt, T, K, d_x, d_w))
         return gemv_cuda_out(d_y, ydt, acc, ldy, d_x, d_w, adt, T, N, K, stream);
+    if (T <= g->mma_max_t && N <= K && gemm_mma_supported(adt, T, K, d_x, d_w))
+        return gemm_mma_cuda(d_y, ydt, acc, ldy, d_x, d_w, adt, T, N, K, stream);
     GemmPlan *p = NULL;
     for (int i = 0; i < g->num_plans; i++) {
         GemmPlan *q = &g->plans[i];

@@ -225,6 +225,17 @@ int gemm_cuda_acc(CudaGemm *g, float *d_y, int64_t ldy, const void *d_x, const v
 int gemm_set_algo_rank(CudaGemm *g, int rank);
 /* The cuBLASLt configuration of the plan for this product into buf (bench); -1 if none. */
 int gemm_algo_desc(CudaGemm *g, int T, int N, int K, int64_t ldy, DType adt, char *buf, size_t n);
+/* Products of gemv_max_t < T <= max_t tokens and N <= K go to gemm_mma.cu from now on (0:
+ * none); the default is CVLLM_CUDA_MMA_MAX_T's. */
+void gemm_set_mma_max_t(CudaGemm *g, int max_t);
+
+/* y[T, N] = x[T, K] @ W[N, K]^T on the tensor cores without cuBLASLt (gemm_mma.cu), for decode
+ * sizes: bf16 / f16, K a multiple of 64, x and W 16-byte aligned (gemm_mma_supported); y of ydt
+ * (f32 or adt) or, with accumulate (f32 y), y += the sums; gemm_cuda's semantics. Launched with
+ * programmatic dependent launch; the same bits at every run. */
+int gemm_mma_supported(DType adt, int T, int K, const void *d_x, const void *d_w);
+int gemm_mma_cuda(void *d_y, DType ydt, int accumulate, int64_t ldy, const void *d_x,
+                  const void *d_w, DType adt, int T, int N, int K, cudaStream_t stream);
 
 /* y[T, N] (row stride ldy, f32) = x[T, K] @ W[N, K]^T for a few tokens (gemv.cu): bf16 / f16,
  * T <= 8, K a multiple of 8, x and W 16-byte aligned (gemv_cuda_supported). gemm_cuda takes it
