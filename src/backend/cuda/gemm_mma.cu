@@ -328,7 +328,14 @@ template <typename C, typename Y>
 static cudaError_t mma_dispatch(Y *y, int64_t ldy, const void *x, const void *w, int T, int N,
                                 int K, bool accum, cudaStream_t st) {
     const C *xc = (const C *)x, *wc = (const C *)w;
-    const bool narrow = N <= 2048; /* 64 rows of W a block: more blocks for o and down */
+    /* 64 rows of W a block (more blocks) for N <= 2048 (qwen3-0.6b's o and down), else 128;
+     * CVLLM_CUDA_MMA_BN=64 or 128 takes one for every product, for measuring */
+    static int bn = -1;
+    if (bn < 0) {
+        const char *e = getenv("CVLLM_CUDA_MMA_BN");
+        bn = e && *e ? atoi(e) : 0;
+    }
+    const bool narrow = bn == 64 || (bn != 128 && N <= 2048);
     if (T <= 32)
         return narrow ? launch_mma<C, Y, 32, 64>(y, ldy, xc, wc, T, N, K, accum, st)
                       : launch_mma<C, Y, 32, 128>(y, ldy, xc, wc, T, N, K, accum, st);
