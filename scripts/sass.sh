@@ -4,11 +4,13 @@
 # has both; they read CUDA 13's sm_90 cubins once the ELF header's flags are rewritten in the old
 # encoding (0x005a055a: sm_90, 64-bit). The package is downloaded once into $SASS_DIR (default
 # /tmp/cvllm-sass), not installed.
-#   scripts/sass.sh src/backend/cuda/attention.cu [FUNCTION]   # compile (-O3, sm_90) and dump
+#   scripts/sass.sh src/backend/cuda/attention.cu [FUNCTION]   # compile (-O3, sm_90a, as the
+#                                                              # build's Hopper code) and dump
 #   scripts/sass.sh FILE.cubin [FUNCTION]
 # Writes FILE.sass next to the cubin (in $SASS_DIR for a .cu) and prints, for each function whose
 # mangled name contains FUNCTION (all if none), its instruction count and, for each loop that
-# holds an mma (HMMA), the loop's instruction mix: what a change to a kernel's inner loop costs.
+# holds an mma (HMMA, HGMMA), the loop's instruction mix: what a change to a kernel's inner loop
+# costs.
 set -euo pipefail
 D=${SASS_DIR:-/tmp/cvllm-sass}
 IN=${1:?usage: scripts/sass.sh FILE.cu|FILE.cubin [FUNCTION]}
@@ -30,7 +32,8 @@ fi
 case "$IN" in
 *.cu)
     CUBIN=$D/$(basename "${IN%.cu}").cubin
-    nvcc -O3 -DNDEBUG -DCVLLM_HAVE_CUDA -std=c++17 -arch=sm_90 -cubin -I"$R/include" -I"$R/src" \
+    nvcc -O3 -DNDEBUG -DCVLLM_HAVE_CUDA -DCVLLM_SM90A -std=c++17 -arch=sm_90a -cubin \
+        -I"$R/include" -I"$R/src" \
         -o "$CUBIN" "$IN"
     ;;
 *) CUBIN=$IN ;;
@@ -38,7 +41,7 @@ esac
 python3 - "$CUBIN" <<'EOF'
 import struct, sys
 d = bytearray(open(sys.argv[1], 'rb').read())
-struct.pack_into('<I', d, 48, 0x005a055a)  # e_flags: sm_90 in the encoding CUDA 11.8 reads
+struct.pack_into('<I', d, 48, 0x005a055a)  # e_flags: sm_90 (or 90a) in the encoding 11.8 reads
 open(sys.argv[1] + '.old', 'wb').write(d)
 EOF
 "$CUOBJDUMP" -sass "$CUBIN.old" > "${CUBIN%.cubin}.sass"
@@ -60,7 +63,7 @@ for f in funcs:
         if t and int(t[-1], 16) < a:
             body = [x for x in ins if int(t[-1], 16) <= x[0] <= a]
             c = collections.Counter(op(x[1]) for x in body)
-            if any(k.startswith('HMMA') for k in c):
+            if any(k.startswith(('HMMA', 'HGMMA')) for k in c):
                 print('  loop %x..%x: %d: %s' % (int(t[-1], 16), a, len(body),
                       ', '.join('%s %d' % kv for kv in c.most_common(12))))
 EOF

@@ -544,7 +544,8 @@ static void test_gemm(void **state) {
                              {256, 1024, 3072}, {33, 6144, 1024}, {9, 1030, 1024}};
     /* path 0: gemm_cuda (cuBLASLt above the GEMV's sizes); path 1: gemm_mma_cuda for every
      * shape of T > 4 it takes (K a multiple of 64, bf16 / f16: split over the blocks of a
-     * cluster, T over several tiles at 257 and 1000, N not a multiple of the tile) */
+     * cluster, T over several tiles at 257 and 1000, N not a multiple of the tile; above 32
+     * tokens its wgmma kernel on a 9.0 device with the sm_90a build) */
     gemm_set_mma_max_t(g, 0);
     for (int path = 0; path < 2; path++)
     for (int si = 0; si < (int)(sizeof shapes / sizeof shapes[0]); si++)

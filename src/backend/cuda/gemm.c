@@ -163,7 +163,10 @@ static int gemm_run(CudaGemm *g, void *d_y, DType ydt, int acc, int64_t ldy, con
                             dtype_name(adt), dtype_name(ydt));
     if (T <= gemv_max_t() && gemv_cuda_supported(adt, T, K, d_x, d_w))
         return gemv_cuda_out(d_y, ydt, acc, ldy, d_x, d_w, adt, T, N, K, stream);
-    if (T <= g->mma_max_t && N <= K && gemm_mma_supported(adt, T, K, d_x, d_w))
+    static int wide = -1; /* CVLLM_CUDA_MMA_WIDE=1: products with N > K too (measuring) */
+    if (wide < 0) wide = cuda_env_flag("CVLLM_CUDA_MMA_WIDE", 0);
+    if (T <= g->mma_max_t && (N <= K || (wide && N <= 16384)) &&
+        gemm_mma_supported(adt, T, K, d_x, d_w))
         return gemm_mma_cuda(d_y, ydt, acc, ldy, d_x, d_w, adt, T, N, K, stream);
     GemmPlan *p = NULL;
     for (int i = 0; i < g->num_plans; i++) {

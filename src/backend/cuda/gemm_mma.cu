@@ -16,10 +16,14 @@
  * steps of BK = 64 (a 128-byte row of each operand a step), STAGES steps in flight by cp.async
  * (16-byte chunks, the chunk c of row r at position c ^ (r & 7) of its 128-byte row, so that the
  * ldmatrix reads of 8 rows hit 8 different bank groups). Each warp takes a WM x 32 piece (WM =
- * min(BM, 64)), mma.sync m16n8k16 from ldmatrix fragments. The grid is (N tiles, splits, T
- * tiles): where the tiles alone would leave SMs idle, K is split over up to 8 blocks of a thread
- * block cluster, which add their partial tiles through distributed shared memory in a fixed order
- * (split 0 first), so a result does not depend on timing: the same bits at every run. */
+ * min(BM, 64)), mma.sync m16n8k16 from ldmatrix fragments; above 32 tokens, where the build has
+ * sm_90a code and the device is 9.0, each warpgroup takes 64 tokens by BN = 128 with wgmma
+ * (m64n128k16, both operands read from the swizzled stages through descriptors; measured faster
+ * than the mma.sync loop there, still slower than cuBLASLt: docs/BENCHMARKS.md round 14). The
+ * grid is (N tiles, splits, T tiles): where the tiles alone would leave SMs idle, K is split over
+ * up to 8 blocks of a thread block cluster, which add their partial tiles through distributed
+ * shared memory in a fixed order (split 0 first), so a result does not depend on timing: the same
+ * bits at every run. */
 #include <cooperative_groups.h>
 #include <stdlib.h>
 
@@ -67,6 +71,67 @@ __device__ __forceinline__ void mma16816<__half>(float d[4], const uint32_t a[4]
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/* Hopper's warpgroup mma (sm_90a): D[64 x 128] += A[64 x 16] B[16 x 128]^T, A and B K-major in
+ * shared memory, read through descriptors: the tiles' 128-byte rows swizzled as swz() lays them
+ * out (the 128-byte swizzle, its 8-row groups 1024 bytes apart), from a 1024-byte aligned base;
+ * a k16 slice further along the rows starts 32 bytes later. */
+__device__ __forceinline__ uint64_t wgmma_desc(uint32_t saddr) {
+    return (uint64_t)((saddr & 0x3ffff) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
+template <typename C>
+__device__ __forceinline__ void wgmma_m64n128k16(float d[64], uint64_t da, uint64_t db);
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* the instruction for element type TY ("bf16" or "f16"), d += A B^T */
+#define WGMMA_M64N128K16(TY)                                                                       \
+    asm volatile(                                                                                  \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                                 \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {"                              \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                   \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "         \
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "         \
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"           \
+        "}, %64, %65, p, 1, 1, 0, 0;\n}"                                                           \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),      \
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),  \
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),            \
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),            \
+          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),            \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),            \
+          "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),            \
+          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),            \
+          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),            \
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),            \
+          "+f"(d[62]), "+f"(d[63])                                                                 \
+        : "l"(da), "l"(db))
+template <>
+__device__ __forceinline__ void wgmma_m64n128k16<__nv_bfloat16>(float d[64], uint64_t da,
+                                                                uint64_t db) {
+    WGMMA_M64N128K16("bf16");
+}
+template <>
+__device__ __forceinline__ void wgmma_m64n128k16<__half>(float d[64], uint64_t da, uint64_t db) {
+    WGMMA_M64N128K16("f16");
+}
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_proxy_fence() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit_wait() {
+    asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+#else
+template <typename C>
+__device__ __forceinline__ void wgmma_m64n128k16(float *, uint64_t, uint64_t) {
+    __trap(); /* compiled for sm_90 without the "a" features: never launched there */
+}
+__device__ __forceinline__ void wgmma_fence() {}
+__device__ __forceinline__ void wgmma_proxy_fence() {}
+__device__ __forceinline__ void wgmma_commit_wait() {}
+#endif
+
 /* The element offset of (row r, 16-byte chunk c) in a tile of 64-element rows. */
 __device__ __forceinline__ int swz(int r, int c) {
     return r * MMA_BK + ((c ^ (r & 7)) << 3);
@@ -75,14 +140,14 @@ __device__ __forceinline__ int swz(int r, int c) {
 template <int BM, int BN> struct MmaShape {
     static constexpr int WM = BM < 64 ? BM : 64; /* a warp's rows (tokens) */
     static constexpr int WGM = BM / WM, WGN = BN / 32, THREADS = WGM * WGN * 32;
-    static constexpr int MI = WM / 16, NI = 4; /* m16 and n8 tiles a warp */
+    static constexpr int MI = WM / 16, NI = 4;       /* m16 and n8 tiles a warp */
     static constexpr int STAGE = (BM + BN) * MMA_BK; /* elements a stage */
     /* steps in flight: 3 where a stage is 32 KB (two blocks an SM), else 4 */
     static constexpr int STAGES = BM + BN >= 256 ? 3 : 4;
     static constexpr int RED_LD = BN + 4; /* f32 row of the split reduction's tile */
-    static constexpr size_t SMEM = (size_t)STAGES * STAGE * 2 > (size_t)BM * RED_LD * 4
-                                       ? (size_t)STAGES * STAGE * 2
-                                       : (size_t)BM * RED_LD * 4;
+    static constexpr size_t SMEM = (size_t)STAGES * STAGE * 2 > (size_t)BM *RED_LD * 4
+                                       ? (size_t)STAGES *STAGE * 2
+                                       : (size_t)BM *RED_LD * 4;
 };
 
 /* y's element (t, n) from the sum v: stored (rounded to Y) or, with accum (Y = float), added */
@@ -90,13 +155,18 @@ template <typename Y> __device__ __forceinline__ void mma_store(Y *y, float v, b
     *y = from_f32<Y>(accum ? to_f32(*y) + v : v);
 }
 
-template <typename C, typename Y, int BM, int BN>
+/* WG: the product by wgmma (a warpgroup a 64 tokens, BN = 128), else by mma.sync */
+template <typename C, typename Y, int BM, int BN, bool WG>
 __global__ void __launch_bounds__(MmaShape<BM, BN>::THREADS)
     gemm_mma_kernel(Y *__restrict__ y, int64_t ldy, const C *__restrict__ x,
                     const C *__restrict__ w, int T, int N, int K, bool accum) {
     using S = MmaShape<BM, BN>;
+    static_assert(!WG || (BN == 128 && BM % 64 == 0), "a warpgroup: 64 tokens x 128 rows of W");
     extern __shared__ __align__(128) unsigned char mma_smem[];
-    C *sm = (C *)mma_smem;
+    /* wgmma's swizzle is by address: the stages from a 1024-byte boundary (SMEM has room) */
+    const uint32_t pad =
+        WG ? (1024u - ((uint32_t)__cvta_generic_to_shared(mma_smem) & 1023u)) & 1023u : 0u;
+    C *sm = (C *)(mma_smem + pad);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int n0 = blockIdx.x * BN, m0 = blockIdx.z * BM;
     const int split = blockIdx.y, splits = gridDim.y;
@@ -135,7 +205,14 @@ __global__ void __launch_bounds__(MmaShape<BM, BN>::THREADS)
     }
 
     const int wm = warp / S::WGN, wn = warp % S::WGN;
-    float acc[S::MI][S::NI][4];
+    float d[WG ? 64 : 1]; /* wgmma: rows 16 (warp % 4) + g (+ 8) of the warpgroup's 64 tokens,
+                           * columns 8 j + 2 t4 (+ 1): d[4 j + e] */
+    if constexpr (WG) {
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            d[i] = 0.0f;
+    }
+    float acc[WG ? 1 : S::MI][WG ? 1 : S::NI][4];
 #pragma unroll
     for (int i = 0; i < S::MI; i++)
 #pragma unroll
@@ -146,6 +223,8 @@ __global__ void __launch_bounds__(MmaShape<BM, BN>::THREADS)
 
     for (int step = 0; step < steps; step++) {
         cp_async_wait<S::STAGES - 2>();
+        /* wgmma reads shared memory through the async proxy: cp.async's writes made visible */
+        if constexpr (WG) wgmma_proxy_fence();
         __syncthreads(); /* the stage is in; every warp is done with the slot refilled below */
         const int next = step + S::STAGES - 1;
         if (next < steps) {
@@ -154,6 +233,16 @@ __global__ void __launch_bounds__(MmaShape<BM, BN>::THREADS)
         }
         cp_async_commit();
         const C *sa = sm + (step % S::STAGES) * S::STAGE, *sb = sa + BM * MMA_BK;
+        if constexpr (WG) {
+            const uint32_t xa = (uint32_t)__cvta_generic_to_shared(sa) + (warp >> 2) * 64 * 128,
+                           wb = (uint32_t)__cvta_generic_to_shared(sb);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < MMA_BK / 16; kk++)
+                wgmma_m64n128k16<C>(d, wgmma_desc(xa + kk * 32), wgmma_desc(wb + kk * 32));
+            wgmma_commit_wait();
+            continue;
+        }
         /* fragments of k16 slice kk + 1 are loaded while the mma of slice kk run */
         uint32_t a[2][S::MI][4], b[2][S::NI][2];
         auto frags = [&](int kk, int f) {
@@ -183,19 +272,33 @@ __global__ void __launch_bounds__(MmaShape<BM, BN>::THREADS)
     }
     cp_async_wait<0>();
 
-    /* a thread's sums: rows g, g + 8 of each m16 tile, columns 2 t4, 2 t4 + 1 of each n8 tile */
+    /* f(row, column, sum) for each of the thread's sums (tile coordinates): mma.sync's rows g,
+     * g + 8 of each m16 tile, columns 2 t4, 2 t4 + 1 of each n8 tile; wgmma's as d says */
     const int g = lane >> 2, t4 = lane & 3;
+    auto each = [&](auto f) {
+        if constexpr (WG) {
+#pragma unroll
+            for (int j = 0; j < 16; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    f(64 * (warp >> 2) + 16 * (warp & 3) + g + 8 * (e >> 1),
+                      8 * j + 2 * t4 + (e & 1), d[4 * j + e]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < S::MI; i++)
+#pragma unroll
+                for (int j = 0; j < S::NI; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        f(wm * S::WM + i * 16 + g + (e >> 1) * 8,
+                          wn * 32 + j * 8 + t4 * 2 + (e & 1), acc[i][j][e]);
+        }
+    };
     if (splits == 1) {
-#pragma unroll
-        for (int i = 0; i < S::MI; i++)
-#pragma unroll
-            for (int j = 0; j < S::NI; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int t = m0 + wm * S::WM + i * 16 + g + (e >> 1) * 8;
-                    const int n = n0 + wn * 32 + j * 8 + t4 * 2 + (e & 1);
-                    if (t < T && n < N) mma_store(&y[(int64_t)t * ldy + n], acc[i][j][e], accum);
-                }
+        each([&](int r, int c, float v) {
+            const int t = m0 + r, n = n0 + c;
+            if (t < T && n < N) mma_store(&y[(int64_t)t * ldy + n], v, accum);
+        });
         return;
     }
     /* splits > 1: each block's partial tile in its shared memory; block r of the cluster adds
@@ -203,15 +306,7 @@ __global__ void __launch_bounds__(MmaShape<BM, BN>::THREADS)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 /* clusters: sm_90 (gemm_mma_supported) */
     __syncthreads(); /* every warp is done with the last stage before it is overwritten */
     float *red = (float *)mma_smem;
-#pragma unroll
-    for (int i = 0; i < S::MI; i++)
-#pragma unroll
-        for (int j = 0; j < S::NI; j++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = wm * S::WM + i * 16 + g + h * 8, c = wn * 32 + j * 8 + t4 * 2;
-                *(float2 *)&red[r * S::RED_LD + c] = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
-            }
+    each([&](int r, int c, float v) { red[r * S::RED_LD + c] = v; });
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
     constexpr int Q = BN / 4; /* float4s a row */
@@ -238,15 +333,27 @@ __global__ void __launch_bounds__(MmaShape<BM, BN>::THREADS)
 
 /* ------------------------------------------------------------------------------------ host */
 
-/* Whether the current device has thread block clusters (compute capability 9.0 or later) */
-static int has_clusters(void) {
-    int dev = 0, major = 0;
+/* CVLLM_SM90A: the build has sm_90a machine code (CMakeLists.txt); without it no wgmma */
+#ifdef CVLLM_SM90A
+#define MMA_HOST_WGMMA 1
+#else
+#define MMA_HOST_WGMMA 0
+#endif
+
+/* The current device's compute capability, major * 10 + minor (0: unknown) */
+static int device_cc(void) {
+    int dev = 0, major = 0, minor = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
         cudaGetLastError();
         return 0;
     }
-    return major >= 9;
+    return major * 10 + minor;
+}
+/* thread block clusters: compute capability 9.0 or later */
+static int has_clusters(void) {
+    return device_cc() >= 90;
 }
 
 extern "C" int gemm_mma_supported(DType adt, int T, int K, const void *d_x, const void *d_w) {
@@ -276,17 +383,18 @@ static int env_split(void) {
     return v;
 }
 
-template <typename C, typename Y, int BM, int BN>
+template <typename C, typename Y, int BM, int BN, bool WG = false>
 static cudaError_t launch_mma(Y *y, int64_t ldy, const C *x, const C *w, int T, int N, int K,
                               bool accum, cudaStream_t st) {
     using S = MmaShape<BM, BN>;
-    auto kern = gemm_mma_kernel<C, Y, BM, BN>;
+    auto kern = gemm_mma_kernel<C, Y, BM, BN, WG>;
+    const size_t smem = S::SMEM + (WG ? 1024 : 0);
     static unsigned attr_set = 0; /* devices 0..31 whose limit is raised for this kernel */
     int dev = 0;
     cudaGetDevice(&dev);
     if (dev >= 32 || !(attr_set >> dev & 1)) {
-        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)S::SMEM);
+        cudaError_t e =
+            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
         if (dev < 32) attr_set |= 1u << dev;
     }
@@ -305,7 +413,7 @@ static cudaError_t launch_mma(Y *y, int64_t ldy, const C *x, const C *w, int T, 
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(nt, splits, mt);
     cfg.blockDim = dim3(S::THREADS);
-    cfg.dynamicSmemBytes = S::SMEM;
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cudaLaunchAttribute attr[2];
     int na = 0;
@@ -336,6 +444,13 @@ static cudaError_t mma_dispatch(Y *y, int64_t ldy, const void *x, const void *w,
         bn = e && *e ? atoi(e) : 0;
     }
     const bool narrow = bn == 64 || (bn != 128 && N <= 2048);
+    /* CVLLM_CUDA_MMA_WG=0: mma.sync at every size; else wgmma above 32 tokens */
+    static int wg = -1;
+    if (wg < 0) /* the sm_90a machine code (CMakeLists.txt) runs on 9.0 alone */
+        wg = cuda_env_flag("CVLLM_CUDA_MMA_WG", 1) && device_cc() == 90 && MMA_HOST_WGMMA;
+    if (wg && T > 32)
+        return T <= 64 ? launch_mma<C, Y, 64, 128, true>(y, ldy, xc, wc, T, N, K, accum, st)
+                       : launch_mma<C, Y, 128, 128, true>(y, ldy, xc, wc, T, N, K, accum, st);
     if (T <= 32)
         return narrow ? launch_mma<C, Y, 32, 64>(y, ldy, xc, wc, T, N, K, accum, st)
                       : launch_mma<C, Y, 32, 128>(y, ldy, xc, wc, T, N, K, accum, st);
@@ -347,8 +462,7 @@ static cudaError_t mma_dispatch(Y *y, int64_t ldy, const void *x, const void *w,
 }
 
 extern "C" int gemm_mma_cuda(void *d_y, DType ydt, int accumulate, int64_t ldy, const void *d_x,
-                             const void *d_w, DType adt, int T, int N, int K,
-                             cudaStream_t stream) {
+                             const void *d_w, DType adt, int T, int N, int K, cudaStream_t stream) {
     if (T <= 0 || N <= 0) return 0;
     if (!gemm_mma_supported(adt, T, K, d_x, d_w) || (ydt != DTYPE_F32 && ydt != adt) ||
         (accumulate && ydt != DTYPE_F32))
