@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_util.cuh"
+#include "backend/cuda/mma.cuh"
 #include "backend/cuda/qk_norm_rope.cuh"
 
 #define DEC_WARPS 4
@@ -870,26 +871,6 @@ template <> __device__ __forceinline__ uint32_t pack2<__half>(float a, float b) 
     return *(uint32_t *)&v;
 }
 
-/* c += a (16 x 16, row) * b (16 x 8, col), f32 accumulators */
-template <typename C>
-__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void mma16816<__nv_bfloat16>(float c[4], const uint32_t a[4],
-                                                        uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma16816<__half>(float c[4], const uint32_t a[4], uint32_t b0,
-                                                 uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 /* 8 fp8 e4m3 values (raw) times scale, rounded to C, as 16 bytes */
 template <typename C> __device__ __forceinline__ uint4 fp8x8_to(uint2 raw, float scale) {
     const __nv_fp8x2_storage_t *p2 = (const __nv_fp8x2_storage_t *)&raw;
@@ -1275,18 +1256,6 @@ template <int CPR> __device__ __forceinline__ int dtc_swz_v(int r, int c) {
     else if constexpr (CPR == 8) return c ^ (((r >> 1) & 3) << 1);
     else return c;
 }
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                     (uint32_t)__cvta_generic_to_shared(dst)),
-                 "l"(src), "r"(src_bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 /* The tensor copy engine (TMA) of the decode kernels below ("decode, tensor cores, TMA" tells
  * how they use it): tile shapes, mbarriers, the copies, ldmatrix and the 128-byte swizzle. */
@@ -1311,9 +1280,6 @@ static __host__ __device__ constexpr int dtma_blocks_per_sm(int hd, int st) {
     return n > 4 ? 4 : n;
 }
 
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
@@ -1338,18 +1304,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
                  ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
                  "l"((const void *)map), "r"(x), "r"(y), "r"(bar), "l"(policy)
-                 : "memory");
-}
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t r[4]) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr)
-                 : "memory");
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t r[4]) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr)
                  : "memory");
 }
 /* A warp's n stage barriers, one arrival each (lane 0's, as it asks for a tile), made visible to

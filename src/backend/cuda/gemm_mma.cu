@@ -28,48 +28,12 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_util.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace cg = cooperative_groups;
 
 #define MMA_BK 64
 #define MMA_MAX_SPLIT 8
-
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    const int n = valid ? 16 : 0; /* 0: the 16 bytes are zeros, nothing is read */
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(n)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *smem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-template <typename C>
-__device__ __forceinline__ void mma16816(float d[4], const uint32_t a[4], const uint32_t b[2]);
-template <>
-__device__ __forceinline__ void mma16816<__nv_bfloat16>(float d[4], const uint32_t a[4],
-                                                        const uint32_t b[2]) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-template <>
-__device__ __forceinline__ void mma16816<__half>(float d[4], const uint32_t a[4],
-                                                 const uint32_t b[2]) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 /* Hopper's warpgroup mma (sm_90a): D[64 x 128] += A[64 x 16] B[16 x 128]^T, A and B K-major in
  * shared memory, read through descriptors: the tiles' 128-byte rows swizzled as swz() lays them
@@ -164,8 +128,7 @@ __global__ void __launch_bounds__(MmaShape<BM, BN>::THREADS)
     static_assert(!WG || (BN == 128 && BM % 64 == 0), "a warpgroup: 64 tokens x 128 rows of W");
     extern __shared__ __align__(128) unsigned char mma_smem[];
     /* wgmma's swizzle is by address: the stages from a 1024-byte boundary (SMEM has room) */
-    const uint32_t pad =
-        WG ? (1024u - ((uint32_t)__cvta_generic_to_shared(mma_smem) & 1023u)) & 1023u : 0u;
+    const uint32_t pad = WG ? (1024u - (smem_addr(mma_smem) & 1023u)) & 1023u : 0u;
     C *sm = (C *)(mma_smem + pad);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int n0 = blockIdx.x * BN, m0 = blockIdx.z * BM;
@@ -179,7 +142,8 @@ __global__ void __launch_bounds__(MmaShape<BM, BN>::THREADS)
         const int k = (k_lo + step) * MMA_BK;
         for (int i = tid; i < BN * 8; i += S::THREADS) {
             const int r = i >> 3, c = i & 7, n = n0 + r;
-            cp_async16(d + swz(r, c), w + (int64_t)(n < N ? n : 0) * K + k + c * 8, n < N);
+            cp_async16(d + swz(r, c), w + (int64_t)(n < N ? n : 0) * K + k + c * 8,
+                       n < N ? 16 : 0); /* 0: zeros */
         }
     };
     auto load_x = [&](int step, int slot) {
@@ -187,7 +151,7 @@ __global__ void __launch_bounds__(MmaShape<BM, BN>::THREADS)
         const int k = (k_lo + step) * MMA_BK;
         for (int i = tid; i < BM * 8; i += S::THREADS) {
             const int r = i >> 3, c = i & 7, t = m0 + r;
-            cp_async16(d + swz(r, c), x + (int64_t)(t < T ? t : 0) * K + k + c * 8, t < T);
+            cp_async16(d + swz(r, c), x + (int64_t)(t < T ? t : 0) * K + k + c * 8, t < T ? 16 : 0);
         }
     };
 
@@ -234,8 +198,7 @@ __global__ void __launch_bounds__(MmaShape<BM, BN>::THREADS)
         cp_async_commit();
         const C *sa = sm + (step % S::STAGES) * S::STAGE, *sb = sa + BM * MMA_BK;
         if constexpr (WG) {
-            const uint32_t xa = (uint32_t)__cvta_generic_to_shared(sa) + (warp >> 2) * 64 * 128,
-                           wb = (uint32_t)__cvta_generic_to_shared(sb);
+            const uint32_t xa = smem_addr(sa) + (warp >> 2) * 64 * 128, wb = smem_addr(sb);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < MMA_BK / 16; kk++)
@@ -249,13 +212,13 @@ __global__ void __launch_bounds__(MmaShape<BM, BN>::THREADS)
 #pragma unroll
             for (int i = 0; i < S::MI; i++) {
                 const int r = wm * S::WM + i * 16 + (lane & 15);
-                ldmatrix_x4(a[f][i], sa + swz(r, kk * 2 + (lane >> 4)));
+                ldsm_x4(smem_addr(sa + swz(r, kk * 2 + (lane >> 4))), a[f][i]);
             }
 #pragma unroll
             for (int j = 0; j < S::NI; j += 2) {
                 const int r = wn * 32 + j * 8 + (lane & 7) + ((lane >> 4) << 3);
                 uint32_t q[4];
-                ldmatrix_x4(q, sb + swz(r, kk * 2 + ((lane >> 3) & 1)));
+                ldsm_x4(smem_addr(sb + swz(r, kk * 2 + ((lane >> 3) & 1))), q);
                 b[f][j][0] = q[0], b[f][j][1] = q[1], b[f][j + 1][0] = q[2], b[f][j + 1][1] = q[3];
             }
         };
@@ -267,7 +230,7 @@ __global__ void __launch_bounds__(MmaShape<BM, BN>::THREADS)
             for (int i = 0; i < S::MI; i++)
 #pragma unroll
                 for (int j = 0; j < S::NI; j++)
-                    mma16816<C>(acc[i][j], a[kk & 1][i], b[kk & 1][j]);
+                    mma16816<C>(acc[i][j], a[kk & 1][i], b[kk & 1][j][0], b[kk & 1][j][1]);
         }
     }
     cp_async_wait<0>();
