@@ -169,21 +169,10 @@ __global__ void __launch_bounds__(MmaShape<BM, BN>::THREADS)
     }
 
     const int wm = warp / S::WGN, wn = warp % S::WGN;
-    float d[WG ? 64 : 1]; /* wgmma: rows 16 (warp % 4) + g (+ 8) of the warpgroup's 64 tokens,
-                           * columns 8 j + 2 t4 (+ 1): d[4 j + e] */
-    if constexpr (WG) {
-#pragma unroll
-        for (int i = 0; i < 64; i++)
-            d[i] = 0.0f;
-    }
-    float acc[WG ? 1 : S::MI][WG ? 1 : S::NI][4];
-#pragma unroll
-    for (int i = 0; i < S::MI; i++)
-#pragma unroll
-        for (int j = 0; j < S::NI; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                acc[i][j][e] = 0.0f;
+    /* wgmma's sums: rows 16 (warp % 4) + g (+ 8) of the warpgroup's 64 tokens, columns 8 j +
+     * 2 t4 (+ 1): d[4 j + e]; mma.sync's: acc[m16 tile][n8 tile][e] */
+    float d[WG ? 64 : 1] = {};
+    float acc[WG ? 1 : S::MI][WG ? 1 : S::NI][4] = {};
 
     for (int step = 0; step < steps; step++) {
         cp_async_wait<S::STAGES - 2>();
