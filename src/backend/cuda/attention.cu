@@ -1873,15 +1873,7 @@ static int dtma_stages(void) {
 }
 /* compute capability >= 9.0 on the current device, asked once */
 static int dtma_device_ok(void) {
-    static int v = -1;
-    if (v < 0) {
-        int dev = 0, major = 0;
-        v = cudaGetDevice(&dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
-                cudaSuccess &&
-            major >= 9;
-    }
-    return v;
+    return cuda_device_cc() >= 90;
 }
 extern "C" int attention_decode_uses_tma(const AttentionParams *p) {
     const bool c16 = p->kvdt == DTYPE_BF16 || p->kvdt == DTYPE_F16;

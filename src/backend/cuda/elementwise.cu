@@ -31,14 +31,24 @@ extern "C" int cuda_env_flag(const char *name, int dflt) {
     return !e || !*e ? dflt : strcmp(e, "0") != 0;
 }
 
-extern "C" int cuda_pdl_enabled(void) {
+extern "C" int cuda_device_cc(void) {
     static int v = -1;
     if (v < 0) {
-        int dev = 0, major = 0;
-        v = cuda_env_flag("CVLLM_CUDA_PDL", 1) && cudaGetDevice(&dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-            major >= 9;
+        int dev = 0, major = 0, minor = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+            cudaGetLastError();
+            major = minor = 0;
+        }
+        v = major * 10 + minor;
     }
+    return v;
+}
+
+extern "C" int cuda_pdl_enabled(void) {
+    static int v = -1;
+    if (v < 0) v = cuda_env_flag("CVLLM_CUDA_PDL", 1) && cuda_device_cc() >= 90;
     return v;
 }
 

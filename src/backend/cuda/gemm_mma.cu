@@ -292,35 +292,25 @@ __global__ void __launch_bounds__(MmaShape<BM, BN>::THREADS)
 #define MMA_HOST_WGMMA 0
 #endif
 
-/* The current device's compute capability, major * 10 + minor (0: unknown) */
-static int device_cc(void) {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    return major * 10 + minor;
-}
 /* thread block clusters: compute capability 9.0 or later */
-static int has_clusters(void) {
-    return device_cc() >= 90;
-}
-
 extern "C" int gemm_mma_supported(DType adt, int T, int K, const void *d_x, const void *d_w) {
     return (adt == DTYPE_BF16 || adt == DTYPE_F16) && T >= 1 && K >= MMA_BK && K % MMA_BK == 0 &&
-           ((uintptr_t)d_x & 15) == 0 && ((uintptr_t)d_w & 15) == 0 && has_clusters();
+           ((uintptr_t)d_x & 15) == 0 && ((uintptr_t)d_w & 15) == 0 && cuda_device_cc() >= 90;
 }
 
+/* the device's SMs, asked once (one device a process, as cuda_device_cc) */
 static int num_sms(void) {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
-        cudaGetLastError();
-        return 132;
+    static int v = -1;
+    if (v < 0) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            v <= 0) {
+            cudaGetLastError();
+            v = 132;
+        }
     }
-    return n;
+    return v;
 }
 
 /* CVLLM_CUDA_MMA_SPLIT=N: every product split over N blocks (1..8), for measuring; unset: the
@@ -399,7 +389,7 @@ static cudaError_t mma_dispatch(Y *y, int64_t ldy, const void *x, const void *w,
     /* CVLLM_CUDA_MMA_WG=0: mma.sync at every size; else wgmma above 32 tokens */
     static int wg = -1;
     if (wg < 0) /* the sm_90a machine code (CMakeLists.txt) runs on 9.0 alone */
-        wg = cuda_env_flag("CVLLM_CUDA_MMA_WG", 1) && device_cc() == 90 && MMA_HOST_WGMMA;
+        wg = cuda_env_flag("CVLLM_CUDA_MMA_WG", 1) && cuda_device_cc() == 90 && MMA_HOST_WGMMA;
     if (wg && T > 32)
         return T <= 64 ? launch_mma<C, Y, 64, 128, true>(y, ldy, xc, wc, T, N, K, accum, st)
                        : launch_mma<C, Y, 128, 128, true>(y, ldy, xc, wc, T, N, K, accum, st);

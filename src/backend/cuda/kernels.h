@@ -40,6 +40,9 @@ int cuda_error(cudaError_t e, const char *file, int line, const char *what);
 /* A switch in the environment: dflt where `name` is unset or empty, 0 where it is "0", else 1.
  * The CUDA backend's switches for measuring (README) read through it, each once. */
 int cuda_env_flag(const char *name, int dflt);
+/* The current device's compute capability as major * 10 + minor (0: unknown), asked once a
+ * process (a process drives one GPU; tensor parallelism starts one process a rank). */
+int cuda_device_cc(void);
 
 /* ---------------------------------------------------------------- elementwise (elementwise.cu) */
 

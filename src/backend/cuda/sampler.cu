@@ -667,11 +667,7 @@ static int cluster_rows(const CudaSamplingRow *rows, int n) {
     static int ok = -1;
     if (ok < 0) {
         const char *e = getenv("CVLLM_CUDA_SAMPLER");
-        int dev = 0, major = 0;
-        ok = !(e && strcmp(e, "block") == 0) && cudaGetDevice(&dev) == cudaSuccess &&
-             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
-                 cudaSuccess &&
-             major >= 9;
+        ok = !(e && strcmp(e, "block") == 0) && cuda_device_cc() >= 90;
     }
     if (!ok || !rows || n > SAMPLER_CLUSTER_MAX_ROWS) return 0;
     for (int r = 0; r < n; r++) {
