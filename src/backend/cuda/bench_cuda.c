@@ -153,6 +153,7 @@ static int bench_gemm(cudaStream_t st) {
     printf("gemm (bf16 in, f32 accumulate and out; T <= 4: gemv.cu, else cuBLASLt): one launch "
            "between events (its host time included): ms, TFLOP/s, GB/s of weights | %d in a CUDA "
            "graph, each its own weights (from memory, not L2): us a product, GB/s of weights | the same "
+           "graph with every product on one slice of weights (in L2): us | the first graph "
            "through gemm_mma.cu\n",
            GEMM_GRAPH);
     for (int si = 0; si < 5; si++)
@@ -165,6 +166,10 @@ static int bench_gemm(cudaStream_t st) {
             int nw = (int)((size_t)151936 * 1024 / ((size_t)N * K));
             nw = nw > GEMM_GRAPH ? GEMM_GRAPH : nw < 1 ? 1 : nw;
             const float us = T <= 256 ? gemm_graph_us(&c, nw, st) : -1;
+            /* every product of the graph on the same weights, found in L2 after the first: what
+             * any scheme that fetches a product's weights ahead of it could gain at most
+             * (lm_head's do not fit) */
+            const float us_l2 = T > 4 && T <= 256 && si < 4 ? gemm_graph_us(&c, 1, st) : -1;
             /* the same product by gemm_mma.cu (T > 4: gemv.cu's sizes stay there) */
             GemmCtx cm = c;
             cm.mma = 1;
@@ -173,6 +178,7 @@ static int bench_gemm(cudaStream_t st) {
                    N, K, ms, 2.0 * T * N * K / (ms * 1e9), (double)N * K * 2 / (ms * 1e6));
             if (us > 0)
                 printf(" | graph %7.2f us  %6.0f GB/s", us, (double)N * K * 2 / (us * 1e3));
+            if (us_l2 > 0) printf(" | in L2 %7.2f us", us_l2);
             if (us_mma > 0)
                 printf(" | mma %7.2f us  %6.0f GB/s  %6.1f TFLOP/s", us_mma,
                        (double)N * K * 2 / (us_mma * 1e3), 2.0 * T * N * K / (us_mma * 1e6));
