@@ -1376,18 +1376,17 @@ __device__ __forceinline__ void dtc_softmax_step(float (&sc)[4], int jb, int ce,
 
 /* What both tensor-core decode kernels know of their block: its partition, sequence and kv head,
  * the group of query heads from h0, its keys j0 .. j1 - 1 of ctx, the token t whose query it reads
- * (< 0: a padding lane) and the sequence's block-table row. With FUSE the prologue has run
- * (fused: sm_q holds the block's normed and rotated query heads, and the block holding the
- * sequence's last key has stored it); ASYNC: the copy engine reads the cache next, so that store
- * is fenced for it. */
+ * (< 0: a padding lane) and the sequence's block-table row; fused: with FUSE, whether it runs the
+ * prologue (dtc_prologue: sm_q gets the block's normed and rotated query heads, and the block
+ * holding the sequence's last key stores it; ASYNC: the copy engine reads the cache next, so that
+ * store is fenced for it). */
 struct DtcBlock {
     int part, s, group, kvh, h0, ctx, j0, j1, t;
     bool fused;
     const int32_t *table;
 };
-template <typename KV, int HD, bool FUSE, bool ASYNC>
-__device__ __forceinline__ DtcBlock dtc_begin(const AttentionParams &p, int num_parts,
-                                              float (*sm_q)[HD]) {
+template <bool FUSE>
+__device__ __forceinline__ DtcBlock dtc_setup(const AttentionParams &p, int num_parts) {
     DtcBlock b;
     b.part = blockIdx.x, b.s = p.seq_order ? p.seq_order[blockIdx.z] : blockIdx.z;
     b.group = p.n_heads / p.n_kv_heads, b.kvh = blockIdx.y, b.h0 = b.kvh * b.group;
@@ -1396,9 +1395,15 @@ __device__ __forceinline__ DtcBlock dtc_begin(const AttentionParams &p, int num_
     b.j0 = b.part * part_size, b.j1 = min(b.ctx, b.j0 + part_size);
     b.t = p.cu_seqlens_q[b.s + 1] - 1;
     b.table = p.block_tables + (int64_t)b.s * p.max_blocks_per_seq;
-    b.fused = false;
+    b.fused = FUSE && b.t >= 0 && b.j0 < b.j1;
+    return b;
+}
+/* With FUSE, where b.fused: the block's query heads into sm_q and, where its partition holds the
+ * sequence's last key, that key and value stored (decode_qk_prologue); every thread waits. */
+template <typename KV, int HD, bool FUSE, bool ASYNC>
+__device__ __forceinline__ void dtc_prologue(const AttentionParams &p, const DtcBlock &b,
+                                             float (*sm_q)[HD]) {
     if constexpr (FUSE) {
-        b.fused = b.t >= 0 && b.j0 < b.j1;
         if (b.fused) {
             const int64_t slot = b.j0 <= b.ctx - 1 && b.ctx - 1 < b.j1 ? p.slots[b.t] : -1;
             const int64_t at =
@@ -1415,7 +1420,13 @@ __device__ __forceinline__ DtcBlock dtc_begin(const AttentionParams &p, int num_
         }
         __syncthreads();
     }
-    return b;
+}
+/* Whether a block may ask the copy engine for its first ST - 1 rounds of tiles (keys j0 .. j0 +
+ * 64 (ST - 1) - 1) before dtc_prologue, which then overlaps their fetch: none of them holds the
+ * key the prologue stores (the sequence's last, where the block's partition holds it). */
+template <int ST> __device__ __forceinline__ bool dtc_early(const DtcBlock &b) {
+    const bool stores = b.fused && b.j0 <= b.ctx - 1 && b.ctx - 1 < b.j1;
+    return b.j0 < b.j1 && (!stores || b.ctx - 1 >= b.j0 + (ST - 1) * DEC_WARPS * 16);
 }
 /* Q^T's B fragments (column g: head h0 + g, zeros past the group), q times qscale rounded to
  * M: k-step ks takes dims dim(ks, e), e = 0, 1 in qa0 and e = 2, 3 in qa2 (the order in which
@@ -1494,25 +1505,12 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     constexpr int KDIMS = HD / 4, VDIMS = HD / 8; /* a thread's run of a K row, of a V row */
     constexpr int KWORDS = KDIMS * (int)sizeof(KV) / 4, VWORDS = VDIMS * (int)sizeof(KV) / 4;
     __shared__ float sm_q[FUSE ? DTC_MAX_GROUP : 1][FUSE ? HD : 1];
-    const DtcBlock B = dtc_begin<KV, HD, FUSE, TM>(p, num_parts, (float(*)[HD])sm_q);
+    const DtcBlock B = dtc_setup<FUSE>(p, num_parts);
     const int kvh = B.kvh, j0 = B.j0, j1 = B.j1;
     const int32_t *table = B.table;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
     const int64_t kv_stride = (int64_t)p.n_kv_heads * HD;
     const KV *kc = (const KV *)p.k_cache, *vc = (const KV *)p.v_cache;
-    const float qscale = p.scale * 1.44269504088896341f * (F8 ? p.k_scale : 1.0f);
-    /* Q's fragments: step ks, dims KDIMS * t4 + 4 ks + 0..3 (a thread's K run) */
-    uint32_t qa0[KSTEPS], qa2[KSTEPS];
-    dtc_q_frags<M, HD, FUSE>(p, B, &sm_q[0][0], qscale, qa0, qa2,
-                             [&](int ks, int e) { return KDIMS * t4 + 4 * ks + e; });
-    float o[KSTEPS][4];
-#pragma unroll
-    for (int i = 0; i < KSTEPS; i++)
-        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    /* heads 2 t4 + e: running max (log2 units), this thread's part of the sum */
-    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
-    const float lazy = p.dec_lazy;
-
     __shared__ int32_t sm_tab[DEC_TAB];
     const int bs = p.block_size;
     const bool pow2 = (bs & (bs - 1)) == 0;
@@ -1549,63 +1547,93 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
         }
     }
     (void)koff, (void)voff;
-    for (int cs = j0; cs < j1;) {
-        int b0;
-        const int ce = dec_stage_table(sm_tab, table, cs, j1, bs, b0);
-        auto row = [&](int j) -> int64_t { /* key j's row offset in the cache (j < ce) */
-            const int b = pow2 ? j >> bs_shift : j / bs;
-            const int r = pow2 ? j & (bs - 1) : j % bs;
-            return ((int64_t)sm_tab[b - b0] * bs + r) * kv_stride + (int64_t)kvh * HD;
-        };
-        /* the pipeline (ST > 0): step `it` of this warp (keys jb = cs + warp * 16 + it * 64)
-         * copied into stage it % ST; a step past ce copies nothing but still commits a group,
-         * so that the count of groups is the count of steps */
-        char *wst = NULL;
-        auto issue = [&](int it) {
-            const int jb = cs + warp * 16 + it * DEC_WARPS * 16;
-            if constexpr (TM) { /* the whole tile (rows past ce too: see the wait) */
+    /* the keys of a chunk, cs .. ce - 1: their block-table entries in sm_tab (entry i: block
+     * b0 + i) */
+    int cs = j0, ce = j0, b0 = 0;
+    auto row = [&](int j) -> int64_t { /* key j's row offset in the cache (j < ce) */
+        const int b = pow2 ? j >> bs_shift : j / bs;
+        const int r = pow2 ? j & (bs - 1) : j % bs;
+        return ((int64_t)sm_tab[b - b0] * bs + r) * kv_stride + (int64_t)kvh * HD;
+    };
+    /* the warp's stages (ST > 0) */
+    char *wst = NULL;
+    if constexpr (ST > 0) {
+        extern __shared__ uint4 dtc_dsm[];
+        /* TM: the stages aligned for the copy engine's swizzle, by an offset from the shared
+         * array itself: a pointer rebuilt from an integer loses its state space, and every
+         * fragment read became a generic load (ld.v4 instead of ld.shared.v4) */
+        char *dsm = (char *)dtc_dsm;
+        if constexpr (TM)
+            dsm += (DTMA_ALIGN - (smem_addr(dtc_dsm) & (DTMA_ALIGN - 1))) & (DTMA_ALIGN - 1);
+        wst = dsm + warp * ST * dtc_stage_bytes(sizeof(KV), HD);
+    }
+    /* the pipeline (ST > 0): step `it` of this warp (keys jb = cs + warp * 16 + it * 64)
+     * copied into stage it % ST; a step past ce copies nothing but still commits a group,
+     * so that the count of groups is the count of steps */
+    auto issue = [&](int it) {
+        const int jb = cs + warp * 16 + it * DEC_WARPS * 16;
+        if constexpr (TM) { /* the whole tile (rows past ce too: see the wait) */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-                if (jb < ce && lane == 0) {
-                    const int sl = (base + it) % ST, b = pow2 ? jb >> bs_shift : jb / bs;
-                    const int y = sm_tab[b - b0] * bs + (jb - b * bs);
-                    const uint32_t st = smem_addr(wst + sl * dtc_stage_bytes(sizeof(KV), HD)),
-                                   bar = smem_addr(&sm_bar[warp][sl]);
-                    mbar_expect_tx(bar, dtc_stage_bytes(sizeof(KV), HD));
-                    tma_load_2d(st, &kmap, kvh * HD, y, bar, policy);
-                    tma_load_2d(st + 16 * RB, &vmap, kvh * HD, y, bar, policy);
-                }
+            if (jb < ce && lane == 0) {
+                const int sl = (base + it) % ST, b = pow2 ? jb >> bs_shift : jb / bs;
+                const int y = sm_tab[b - b0] * bs + (jb - b * bs);
+                const uint32_t st = smem_addr(wst + sl * dtc_stage_bytes(sizeof(KV), HD)),
+                               bar = smem_addr(&sm_bar[warp][sl]);
+                mbar_expect_tx(bar, dtc_stage_bytes(sizeof(KV), HD));
+                tma_load_2d(st, &kmap, kvh * HD, y, bar, policy);
+                tma_load_2d(st + 16 * RB, &vmap, kvh * HD, y, bar, policy);
+            }
 #endif
-                return;
-            }
-            if (jb < ce) {
-                char *st = wst + (it % (ST > 0 ? ST : 1)) * dtc_stage_bytes(sizeof(KV), HD);
+            return;
+        }
+        if (jb < ce) {
+            char *st = wst + (it % (ST > 0 ? ST : 1)) * dtc_stage_bytes(sizeof(KV), HD);
 #pragma unroll
-                for (int i = 0; i < CPR; i++) {
-                    const int q = lane + 32 * i, kv = q / (16 * CPR), r = (q / CPR) % 16,
-                              c = q % CPR;
-                    const int j = jb + r;
-                    const KV *src =
-                        (kv ? vc : kc) + (j < ce ? row(j) : 0) + c * (16 / (int)sizeof(KV));
-                    const int at = kv ? 16 * RB + r * RB + swz_v(r, c) * 16
-                                      : r * RB + swz_k(r, c) * 16;
-                    cp_async16(st + at, src, j < ce ? 16 : 0);
-                }
+            for (int i = 0; i < CPR; i++) {
+                const int q = lane + 32 * i, kv = q / (16 * CPR), r = (q / CPR) % 16,
+                          c = q % CPR;
+                const int j = jb + r;
+                const KV *src =
+                    (kv ? vc : kc) + (j < ce ? row(j) : 0) + c * (16 / (int)sizeof(KV));
+                const int at = kv ? 16 * RB + r * RB + swz_v(r, c) * 16
+                                  : r * RB + swz_k(r, c) * 16;
+                cp_async16(st + at, src, j < ce ? 16 : 0);
             }
-            cp_async_commit();
-        };
+        }
+        cp_async_commit();
+    };
+    /* a chunk begins: its table entries staged, its first ST - 1 steps asked for */
+    auto start_chunk = [&]() {
+        ce = dec_stage_table(sm_tab, table, cs, j1, bs, b0);
         if constexpr (ST > 0) {
-            extern __shared__ uint4 dtc_dsm[];
-            /* TM: the stages aligned for the copy engine's swizzle, by an offset from the
-             * shared array itself: a pointer rebuilt from an integer loses its state space, and
-             * every fragment read became a generic load (ld.v4 instead of ld.shared.v4) */
-            char *dsm = (char *)dtc_dsm;
-            if constexpr (TM)
-                dsm += (DTMA_ALIGN - (smem_addr(dtc_dsm) & (DTMA_ALIGN - 1))) & (DTMA_ALIGN - 1);
-            wst = dsm + warp * ST * dtc_stage_bytes(sizeof(KV), HD);
 #pragma unroll
             for (int i = 0; i < ST - 1; i++)
                 issue(i);
         }
+    };
+    /* TM: the first chunk's first tiles are asked for before the prologue, so that the copy
+     * engine fetches them while the block norms and rotates its queries, unless one of them holds
+     * the key the prologue stores (the sequence's last, where this block's partition holds it) */
+    bool started = false;
+    if constexpr (TM)
+        if (dtc_early<ST>(B)) start_chunk(), started = true;
+    dtc_prologue<KV, HD, FUSE, TM>(p, B, (float(*)[HD])sm_q);
+    const float qscale = p.scale * 1.44269504088896341f * (F8 ? p.k_scale : 1.0f);
+    /* Q's fragments: step ks, dims KDIMS * t4 + 4 ks + 0..3 (a thread's K run) */
+    uint32_t qa0[KSTEPS], qa2[KSTEPS];
+    dtc_q_frags<M, HD, FUSE>(p, B, &sm_q[0][0], qscale, qa0, qa2,
+                             [&](int ks, int e) { return KDIMS * t4 + 4 * ks + e; });
+    float o[KSTEPS][4];
+#pragma unroll
+    for (int i = 0; i < KSTEPS; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    /* heads 2 t4 + e: running max (log2 units), this thread's part of the sum */
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+    const float lazy = p.dec_lazy;
+
+    while (cs < j1) {
+        if (!started) start_chunk();
+        started = false;
         int it = 0;
         for (int jb = cs + warp * 16; jb < ce; jb += DEC_WARPS * 16, it++) {
             /* K: keys jb + g and jb + 8 + g, dims KDIMS * t4 ..; V: keys jb + 2 t4 + {0, 1, 8,
@@ -1744,22 +1772,10 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     constexpr int KSTEPS = HD / 16; /* k-steps of S; also the m-tiles of O^T */
     constexpr int SB = dtma_stage_bytes(HD), HB = SB / 2;
     __shared__ float sm_q[FUSE ? DTC_MAX_GROUP : 1][FUSE ? HD : 1];
-    const DtcBlock B = dtc_begin<KV, HD, FUSE, true>(p, num_parts, (float(*)[HD])sm_q);
+    const DtcBlock B = dtc_setup<FUSE>(p, num_parts);
     const int kvh = B.kvh, j0 = B.j0, j1 = B.j1;
     const int32_t *table = B.table;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
-    /* Q's fragments: step ks, dims 16 ks + 2 t4 + 0..1 (qa0) and + 8 (qa2), as ldmatrix gives K */
-    uint32_t qa0[KSTEPS], qa2[KSTEPS];
-    dtc_q_frags<M, HD, FUSE>(p, B, &sm_q[0][0], p.scale * 1.44269504088896341f, qa0, qa2,
-                             [&](int ks, int e) { return 16 * ks + 2 * t4 + (e & 1) + 8 * (e >> 1); });
-    float o[KSTEPS][4];
-#pragma unroll
-    for (int i = 0; i < KSTEPS; i++)
-        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    /* heads 2 t4 + e: running max (log2 units), this thread's part of the sum */
-    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
-    const float lazy = p.dec_lazy;
-
     /* the warp's stages (aligned for the swizzle) and their barriers */
     extern __shared__ uint8_t dtma_dsm[];
     const uint32_t dsm0 = (smem_addr(dtma_dsm) + (DTMA_ALIGN - 1u)) & ~(DTMA_ALIGN - 1u);
@@ -1779,29 +1795,52 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     const bool pow2 = (bs & (bs - 1)) == 0;
     const int bs_shift = __ffs(bs) - 1;
     uint32_t issued = 0, used = 0; /* the warp's tiles asked for, computed on */
-    for (int cs = j0; cs < j1;) {
-        int b0;
-        const int ce = dec_stage_table(sm_tab, table, cs, j1, bs, b0);
-        /* the tile of keys jb .. jb + 15 (jb < ce, a multiple of 16: within one cache block) */
-        auto issue = [&](int jb) {
-            if (lane == 0) {
-                const int b = pow2 ? jb >> bs_shift : jb / bs; /* (a division: ~25 instructions) */
-                const int y = sm_tab[b - b0] * bs + (jb - b * bs);
-                const uint32_t st = wst + (issued % ST) * SB,
-                               bar = smem_addr(&sm_bar[warp][issued % ST]);
-                mbar_expect_tx(bar, SB);
+    /* the keys of a chunk, cs .. ce - 1: their block-table entries in sm_tab (entry i: block
+     * b0 + i) */
+    int cs = j0, ce = j0, b0 = 0;
+    /* the tile of keys jb .. jb + 15 (jb < ce, a multiple of 16: within one cache block) */
+    auto issue = [&](int jb) {
+        if (lane == 0) {
+            const int b = pow2 ? jb >> bs_shift : jb / bs; /* (a division: ~25 instructions) */
+            const int y = sm_tab[b - b0] * bs + (jb - b * bs);
+            const uint32_t st = wst + (issued % ST) * SB,
+                           bar = smem_addr(&sm_bar[warp][issued % ST]);
+            mbar_expect_tx(bar, SB);
 #pragma unroll
-                for (int h = 0; h < HD / 64; h++) {
-                    tma_load_2d(st + h * 16 * DTMA_ROWB, &kmap, kvh * HD + 64 * h, y, bar, policy);
-                    tma_load_2d(st + HB + h * 16 * DTMA_ROWB, &vmap, kvh * HD + 64 * h, y, bar,
-                                policy);
-                }
+            for (int h = 0; h < HD / 64; h++) {
+                tma_load_2d(st + h * 16 * DTMA_ROWB, &kmap, kvh * HD + 64 * h, y, bar, policy);
+                tma_load_2d(st + HB + h * 16 * DTMA_ROWB, &vmap, kvh * HD + 64 * h, y, bar,
+                            policy);
             }
-            issued++;
-        };
+        }
+        issued++;
+    };
+    /* a chunk begins: its table entries staged, its first ST - 1 tiles asked for */
+    auto start_chunk = [&]() {
+        ce = dec_stage_table(sm_tab, table, cs, j1, bs, b0);
 #pragma unroll
         for (int i = 0; i < ST - 1; i++)
             if (cs + warp * 16 + i * DEC_WARPS * 16 < ce) issue(cs + warp * 16 + i * DEC_WARPS * 16);
+    };
+    /* the first chunk's first tiles are fetched while the prologue runs (dtc_early) */
+    bool started = false;
+    if (dtc_early<ST>(B)) start_chunk(), started = true;
+    dtc_prologue<KV, HD, FUSE, true>(p, B, (float(*)[HD])sm_q);
+    /* Q's fragments: step ks, dims 16 ks + 2 t4 + 0..1 (qa0) and + 8 (qa2), as ldmatrix gives K */
+    uint32_t qa0[KSTEPS], qa2[KSTEPS];
+    dtc_q_frags<M, HD, FUSE>(p, B, &sm_q[0][0], p.scale * 1.44269504088896341f, qa0, qa2,
+                             [&](int ks, int e) { return 16 * ks + 2 * t4 + (e & 1) + 8 * (e >> 1); });
+    float o[KSTEPS][4];
+#pragma unroll
+    for (int i = 0; i < KSTEPS; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    /* heads 2 t4 + e: running max (log2 units), this thread's part of the sum */
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.0f, 0.0f};
+    const float lazy = p.dec_lazy;
+
+    while (cs < j1) {
+        if (!started) start_chunk();
+        started = false;
         for (int jb = cs + warp * 16; jb < ce; jb += DEC_WARPS * 16) {
             const int ahead = jb + (ST - 1) * DEC_WARPS * 16;
             if (ahead < ce) issue(ahead); /* into the stage computed on last step */
