@@ -1391,7 +1391,9 @@ __device__ __forceinline__ DtcBlock dtc_setup(const AttentionParams &p, int num_
     b.part = blockIdx.x, b.s = p.seq_order ? p.seq_order[blockIdx.z] : blockIdx.z;
     b.group = p.n_heads / p.n_kv_heads, b.kvh = blockIdx.y, b.h0 = b.kvh * b.group;
     b.ctx = p.context_lens[b.s];
-    const int part_size = max(32, ((b.ctx + num_parts - 1) / num_parts + 31) / 32 * 32);
+    /* partitions of whole 64-key rounds of the block's 4 warps (at batch 1 a graph's 32
+     * partitions of a 1,000-key context were 32 keys each: half of every block's warps idle) */
+    const int part_size = max(64, ((b.ctx + num_parts - 1) / num_parts + 63) / 64 * 64);
     b.j0 = b.part * part_size, b.j1 = min(b.ctx, b.j0 + part_size);
     b.t = p.cu_seqlens_q[b.s + 1] - 1;
     b.table = p.block_tables + (int64_t)b.s * p.max_blocks_per_seq;
