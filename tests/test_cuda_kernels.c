@@ -963,8 +963,7 @@ static void run_attention_case(const AttnCase *c) {
         free(nkeys), free(tseq), free(ref), free(scratch), free(got), free(oh);
 }
 
-static void test_attention_prefill(void **state) {
-    (void)state;
+static void prefill_cases(void) {
     /* GQA ratios 1, 2, 3, 8 and MQA; odd lengths; cached prefixes (qlen < ctx); block boundaries */
     const int heads[][2] = {{4, 4}, {8, 4}, {6, 2}, {16, 2}, {8, 1}};
     const int hds[] = {16, 32, 64, 128, 256, 24, 80}; /* and two head_dims between the sizes */
@@ -1026,6 +1025,20 @@ static void test_attention_prefill(void **state) {
     run_attention_case(&big);
     big.kvdt = DTYPE_FP8_E4M3, big.adt = DTYPE_BF16; /* the tensor-core kernel over fp8 */
     run_attention_case(&big);
+}
+
+/* Every case as the launcher chooses (blocks of one query head, or over an fp8 cache of two of a
+ * GQA group where the grid of pairs is large enough), then with pairs wherever the group's size
+ * is even (CVLLM_CUDA_PREFILL_HB2=2: the small grids and 16-bit caches here would otherwise not
+ * take them). */
+static void test_attention_prefill(void **state) {
+    (void)state;
+    for (int mode = 1; mode <= 2; mode++) {
+        printf("  prefill blocks: %s\n", mode == 1 ? "the launcher's choice" : "query-head pairs");
+        setenv("CVLLM_CUDA_PREFILL_HB2", mode == 1 ? "1" : "2", 1);
+        prefill_cases();
+    }
+    unsetenv("CVLLM_CUDA_PREFILL_HB2");
 }
 
 static void test_attention_decode(void **state) {
