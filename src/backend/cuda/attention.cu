@@ -845,7 +845,7 @@ static int launch_prefill(const AttentionParams &p, cudaStream_t stream) {
  * For a bf16 / f16 cache and head_dim 64 or 128 (qwen3, llama, qwen2 sizes): flash-attention 2
  * on mma.sync.m16n8k16 (bf16 / f16 operands, f32 accumulation). A block of 4 warps takes 64
  * queries of one (sequence, query head), or of 8 warps the same 64 queries of two query heads of
- * one GQA group (where the group's size is even), which read the same K/V tiles: each warp 16
+ * one GQA group, which read the same K/V tiles (over an fp8 cache: prefill_pairs): each warp 16
  * query rows of its head, whose Q fragments stay in registers (q rounded once to the cache's
  * dtype, as the model's own activations are); key tiles
  * of 64 are copied (cp.async, two stages: the next tile's copies overlap this tile's products)
