@@ -1141,16 +1141,9 @@ static int prefill_pairs(const AttentionParams &p) {
     if (mode == 0 || (p.n_heads / p.n_kv_heads) % 2) return 0;
     if (mode >= 2) return 1;
     if (p.kvdt != DTYPE_FP8_E4M3) return 0;
-    static int sms = -1;
-    if (sms < 0) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-            cudaGetLastError(), sms = 0;
-    }
     const int64_t pair_blocks =
         (int64_t)((p.max_seqlen_q + TC_BQ - 1) / TC_BQ) * (p.n_heads / 2) * p.num_seqs;
-    return pair_blocks >= sms;
+    return pair_blocks >= cuda_device_sms();
 }
 
 template <typename C, typename KV, int HD>

@@ -46,6 +46,20 @@ extern "C" int cuda_device_cc(void) {
     return v;
 }
 
+extern "C" int cuda_device_sms(void) {
+    static int v = -1;
+    if (v < 0) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            v <= 0) {
+            cudaGetLastError();
+            v = 132;
+        }
+    }
+    return v;
+}
+
 extern "C" int cuda_pdl_enabled(void) {
     static int v = -1;
     if (v < 0) v = cuda_env_flag("CVLLM_CUDA_PDL", 1) && cuda_device_cc() >= 90;

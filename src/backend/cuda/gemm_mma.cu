@@ -298,21 +298,6 @@ extern "C" int gemm_mma_supported(DType adt, int T, int K, const void *d_x, cons
            ((uintptr_t)d_x & 15) == 0 && ((uintptr_t)d_w & 15) == 0 && cuda_device_cc() >= 90;
 }
 
-/* the device's SMs, asked once (one device a process, as cuda_device_cc) */
-static int num_sms(void) {
-    static int v = -1;
-    if (v < 0) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-            v <= 0) {
-            cudaGetLastError();
-            v = 132;
-        }
-    }
-    return v;
-}
-
 /* CVLLM_CUDA_MMA_SPLIT=N: every product split over N blocks (1..8), for measuring; unset: the
  * blocks the tiles leave (below) */
 static int env_split(void) {
@@ -346,7 +331,7 @@ static cudaError_t launch_mma(Y *y, int64_t ldy, const C *x, const C *w, int T, 
      * least 2 steps of K a block */
     int splits = env_split();
     if (!splits) {
-        splits = num_sms() / (nt * mt);
+        splits = cuda_device_sms() / (nt * mt);
         if (splits > nk / 2) splits = nk / 2;
     }
     if (splits > nk) splits = nk;

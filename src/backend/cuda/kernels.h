@@ -43,6 +43,9 @@ int cuda_env_flag(const char *name, int dflt);
 /* The current device's compute capability as major * 10 + minor (0: unknown), asked once a
  * process (a process drives one GPU; tensor parallelism starts one process a rank). */
 int cuda_device_cc(void);
+/* The current device's SM count, asked once a process as cuda_device_cc (132 where the query
+ * fails). */
+int cuda_device_sms(void);
 
 /* ---------------------------------------------------------------- elementwise (elementwise.cu) */
 
