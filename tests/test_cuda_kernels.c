@@ -32,6 +32,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cpu/sampler.h"
 #include "backend/cpu/threadpool.h"
+#include "backend/cuda/graph_edges.h"
 #include "backend/cuda/kernels.h"
 #include "backend/philox.h"
 #include "common.h"
@@ -524,6 +525,129 @@ static void test_silu_mul_gather_bias(void **state) {
     compare("add_bias", got, ref, T * H, 0.0);
     cudaFree(dx), cudaFree(db), cudaFree(dy), cudaFree(didx);
     free(x), free(bias), free(ref), free(got);
+}
+
+/* ---------------------------------------------------------------- graph edges (graph_edges.c) */
+
+/* An MLP chain as a decode graph has it (cuBLASLt products, each followed by a kernel of ours
+ * launched with programmatic dependent launch), captured, its edges moved as the decode graphs'
+ * default mode moves them: the four edges out of the products are moved, every programmatic edge
+ * of the graph then leaves its upstream kernel's launch-completion port, and 20 replays give
+ * exactly the eager run's bytes (each replay first poisons the intermediates, so a kernel that
+ * read one before the product writing it had finished would see NaNs). CVLLM_TEST_GRAPH_MODE=3
+ * (GRAPH_EDGES_LIBRARY: the edges into cuBLASLt's kernels moved too) must fail: those kernels do
+ * not wait (2026-11-26, H200: replay 0 differed). */
+static void mlp_chain(CudaGemm *g, float *x, const void *w_norm, void *h, void *gu, void *gm,
+                      const void *wgu, const void *wd, int T, int H, int I) {
+    for (int l = 0; l < 2; l++) {
+        OK(residual_rmsnorm_cuda(x, NULL, w_norm, h, DTYPE_BF16, T, H, 1e-6f, g_stream));
+        OK(gemm_cuda_to(g, gu, DTYPE_BF16, 2 * I, h, wgu, DTYPE_BF16, T, 2 * I, H, g_stream));
+        OK(silu_mul_cuda(gm, DTYPE_BF16, gu, DTYPE_BF16, T, I, g_stream));
+        OK(gemm_cuda_acc(g, x, H, gm, wd, DTYPE_BF16, T, H, I, g_stream));
+    }
+    OK(residual_rmsnorm_cuda(x, NULL, w_norm, h, DTYPE_BF16, T, H, 1e-6f, g_stream));
+    /* a kernel of ours after one of ours: that edge is not moved (mode 1) */
+    OK(silu_mul_cuda(gm, DTYPE_BF16, h, DTYPE_BF16, T, H / 2, g_stream));
+}
+
+static void test_graph_edges(void **state) {
+    (void)state;
+    if (!cuda_pdl_enabled()) {
+        printf("  skipped: no programmatic launch here (compute capability < 9.0 or "
+               "CVLLM_CUDA_PDL=0)\n");
+        return;
+    }
+    const char *me = getenv("CVLLM_TEST_GRAPH_MODE");
+    const int mode = me && *me ? atoi(me) : GRAPH_EDGES_LC;
+    void *ws = NULL;
+    CK(cudaMalloc(&ws, 32 << 20));
+    CudaGemm *g = NULL;
+    OK(gemm_create(&g, ws, 32 << 20));
+    gemm_set_mma_max_t(g, 0); /* every product through cuBLASLt */
+    const int T = 64, H = 1024, I = 1536;
+    float *x = xmalloc((size_t)T * H * 4), *wn = xmalloc(H * 4);
+    float *wgu = xmalloc((size_t)2 * I * H * 4), *wd = xmalloc((size_t)H * I * 4);
+    for (int64_t i = 0; i < (int64_t)T * H; i++)
+        x[i] = 2 * frand();
+    for (int i = 0; i < H; i++)
+        wn[i] = 1 + 0.3f * frand();
+    for (int64_t i = 0; i < (int64_t)2 * I * H; i++)
+        wgu[i] = 0.05f * frand();
+    for (int64_t i = 0; i < (int64_t)H * I; i++)
+        wd[i] = 0.05f * frand();
+    void *hwgu = pack(DTYPE_BF16, wgu, (int64_t)2 * I * H), *hwd = pack(DTYPE_BF16, wd,
+                                                                          (int64_t)H * I);
+    float *dx0 = dev_upload(x, (size_t)T * H * 4), *dx = dev_poisoned((size_t)T * H * 4);
+    float *dwn = dev_upload(wn, H * 4);
+    void *dwgu = dev_upload(hwgu, (size_t)2 * I * H * 2), *dwd = dev_upload(hwd, (size_t)H * I * 2);
+    void *dh = dev_poisoned((size_t)T * H * 2), *dgu = dev_poisoned((size_t)T * 2 * I * 2),
+         *dgm = dev_poisoned((size_t)T * I * 2);
+    const size_t xb = (size_t)T * H * 4, hb = (size_t)T * H * 2;
+    float *ref_x = xmalloc(xb), *got_x = xmalloc(xb);
+    void *ref_h = xmalloc(hb), *got_h = xmalloc(hb);
+    const size_t gb = (size_t)T * (H / 2) * 2; /* the last kernel's output, in dgm */
+    void *ref_g = xmalloc(gb), *got_g = xmalloc(gb);
+    /* eager (plans made here, outside the capture) */
+    CK(cudaMemcpyAsync(dx, dx0, xb, cudaMemcpyDeviceToDevice, g_stream));
+    mlp_chain(g, dx, dwn, dh, dgu, dgm, dwgu, dwd, T, H, I);
+    dev_download(ref_x, dx, xb);
+    dev_download(ref_h, dh, hb);
+    dev_download(ref_g, dgm, gb);
+    for (int64_t i = 0; i < (int64_t)T * H; i++)
+        assert_false(isnan(ref_x[i]));
+    /* the graph: inputs reset and intermediates poisoned, then the chain */
+    cudaGraph_t graph;
+    CK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
+    CK(cudaMemcpyAsync(dx, dx0, xb, cudaMemcpyDeviceToDevice, g_stream));
+    CK(cudaMemsetAsync(dh, 0xFF, hb, g_stream));
+    CK(cudaMemsetAsync(dgu, 0xFF, (size_t)T * 2 * I * 2, g_stream));
+    CK(cudaMemsetAsync(dgm, 0xFF, (size_t)T * I * 2, g_stream));
+    mlp_chain(g, dx, dwn, dh, dgu, dgm, dwgu, dwd, T, H, I);
+    CK(cudaStreamEndCapture(g_stream, &graph));
+    int moved = 0;
+    OK(cuda_graph_edges_launch_completion(graph, mode, 0, &moved));
+    /* four products followed by a kernel of ours: those four edges moved (mode 1: those alone,
+     * the edge between the last two kernels, both ours, stays at the programmatic port) */
+    if (mode == GRAPH_EDGES_LC ? moved != 4 : moved < 4)
+        fail_msg("graph edges: %d moved, want %s4", moved, mode == GRAPH_EDGES_LC ? "" : ">= ");
+    size_t ne = 0;
+    CK(cudaGraphGetEdges(graph, NULL, NULL, NULL, &ne));
+    cudaGraphNode_t *from = xmalloc(ne * sizeof *from), *to = xmalloc(ne * sizeof *to);
+    cudaGraphEdgeData *ed = xmalloc(ne * sizeof *ed);
+    CK(cudaGraphGetEdges(graph, from, to, ed, &ne));
+    int lc = 0, kept = 0;
+    for (size_t i = 0; i < ne; i++)
+        if (ed[i].type == cudaGraphDependencyTypeProgrammatic) {
+            if (ed[i].from_port == cudaGraphKernelNodePortLaunchCompletion)
+                lc++;
+            else if (ed[i].from_port == cudaGraphKernelNodePortProgrammatic)
+                kept++;
+            else
+                fail_msg("graph edges: a programmatic edge from port %d", ed[i].from_port);
+        }
+    assert_int_equal(lc, moved);
+    if (mode == GRAPH_EDGES_LC) assert_int_equal(kept, 1);
+    free(from), free(to), free(ed);
+    cudaGraphExec_t exec;
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 20; rep++) {
+        CK(cudaGraphLaunch(exec, g_stream));
+        dev_download(got_x, dx, xb);
+        dev_download(got_h, dh, hb);
+        dev_download(got_g, dgm, gb);
+        if (memcmp(got_x, ref_x, xb) || memcmp(got_h, ref_h, hb) || memcmp(got_g, ref_g, gb))
+            fail_msg("graph edges (mode %d, %d moved): replay %d differs from the eager run",
+                     mode, moved, rep);
+    }
+    printf("  graph edges: %d programmatic edges at launch completion (mode %d), 20 replays "
+           "equal to the eager run\n", moved, mode);
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    gemm_destroy(g);
+    cudaFree(ws), cudaFree(dx0), cudaFree(dx), cudaFree(dwn), cudaFree(dwgu), cudaFree(dwd);
+    cudaFree(dh), cudaFree(dgu), cudaFree(dgm);
+    free(x), free(wn), free(wgu), free(wd), free(hwgu), free(hwd);
+    free(ref_x), free(got_x), free(ref_h), free(got_h), free(ref_g), free(got_g);
 }
 
 /* ---------------------------------------------------------------- matrix products */
@@ -1827,6 +1951,7 @@ int main(void) {
         cmocka_unit_test(test_fp8_conversions),
         cmocka_unit_test(test_silu_mul_gather_bias),
         cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_graph_edges),
         cmocka_unit_test(test_copy_segments),
         cmocka_unit_test(test_gemv_silu_pair),
         cmocka_unit_test(test_attention_prefill),

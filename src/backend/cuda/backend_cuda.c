@@ -38,6 +38,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/ops.h" /* rope_inv_freq_cpu: the same inverse frequencies */
+#include "backend/cuda/graph_edges.h"
 #include "backend/cuda/kernels.h"
 #include "common.h"
 #include "model/config.h"
@@ -1279,6 +1280,7 @@ static int cuda_warmup(Backend *b) {
     if (!c->d_kv) return cvllm_errorf(CVLLM_EINVAL, "cuda backend: warmup before init_kv_cache");
     if (c->opt.enforce_eager) return 0;
     double t0 = now_seconds();
+    const int graph_dump = cuda_env_flag("CVLLM_CUDA_GRAPH_DUMP", 0);
     c->num_buckets = 0;
     for (int B = 1; B <= c->Smax && c->num_buckets < MAX_BUCKETS;) {
         c->buckets[c->num_buckets++] = B;
@@ -1320,6 +1322,18 @@ static int cuda_warmup(Backend *b) {
         cudaError_t e = cudaStreamEndCapture(c->stream, &g);
         if (rc) return rc;
         if (e != cudaSuccess) return cuda_error(e, __FILE__, __LINE__, "graph capture");
+        const int dump = graph_dump && i == c->num_buckets - 1;
+        if (cuda_graph_edges_mode() != GRAPH_EDGES_KEEP || dump) {
+            int moved = 0;
+            rc = cuda_graph_edges_launch_completion(g, cuda_graph_edges_mode(), dump, &moved);
+            if (rc) {
+                cudaGraphDestroy(g);
+                return rc;
+            }
+            if (c->opt.verbose && i == c->num_buckets - 1)
+                fprintf(stderr, "cvllm: cuda: %d programmatic edges of the batch-%d graph at "
+                                "launch completion\n", moved, B);
+        }
         e = cudaGraphInstantiate(&c->graphs[i], g, 0);
         cudaGraphDestroy(g);
         if (e != cudaSuccess) return cuda_error(e, __FILE__, __LINE__, "graph instantiate");

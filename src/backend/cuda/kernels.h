@@ -46,6 +46,9 @@ int cuda_device_cc(void);
 /* The current device's SM count, asked once a process as cuda_device_cc (132 where the query
  * fails). */
 int cuda_device_sms(void);
+/* Whether kernels are launched with programmatic dependent launch (cuda_util.cuh's pdl_launch:
+ * compute capability 9.0 or later, CVLLM_CUDA_PDL not 0); decided once a process. */
+int cuda_pdl_enabled(void);
 
 /* ---------------------------------------------------------------- elementwise (elementwise.cu) */
 

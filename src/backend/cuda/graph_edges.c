@@ -1,0 +1,154 @@
+/* graph_edges.c: the edges of a captured decode graph, made earlier where that is safe.
+ *
+ * Stream capture turns a kernel launched with programmatic dependent launch (pdl_launch,
+ * cuda_util.cuh) into a node whose edge from the kernel before it is programmatic from that
+ * kernel's "programmatic" port: the kernel may be scheduled once every block of the one before
+ * has called griddepcontrol.launch_dependents or exited, and it waits for that kernel's completion
+ * and memory in griddepcontrol.wait (pdl_wait) before reading what it wrote. Our kernels trigger
+ * at their start, so that port opens at once; cuBLASLt's kernels never trigger, so after a
+ * cuBLASLt product (qkv, o, gate/up, down: four a layer from 17 tokens up) the port opens only as
+ * its last block exits, and the next kernel's launch and block scheduling follow the product's
+ * end.
+ *
+ * cuda_graph_edges_launch_completion moves programmatic edges to the upstream kernel's "launch
+ * completion" port: the downstream kernel may be scheduled once every block of the upstream one
+ * has started (for a product of one wave: at once), so its blocks become resident beside the
+ * product's and wait in pdl_wait. What may run before that wait is the same as before (pdl_wait's
+ * contract: nothing the upstream kernel writes), so results do not change, only when the
+ * downstream kernel starts. Only the edges out of library kernels are moved by default: our
+ * kernels trigger as soon as their own wait returns, so an edge out of one gains nothing, and
+ * at launch completion a chain of ours (a batch-1 step's ~300 small kernels) piles up grids
+ * resident and waiting on each other (batch-1 decode -9% with every edge moved). Nor the edges
+ * into the decode attention kernels (with them the fp8 default workload lost 1.5%; not
+ * profiled). Measured on an H200: docs/BENCHMARKS.md, round 18.
+ *
+ * Edges into cuBLASLt's kernels stay full dependencies: those kernels do not wait in
+ * griddepcontrol.wait (GRAPH_EDGES_LIBRARY below moves them too, and the products then read their
+ * inputs before they are written: test_graph_edges fails with it, as it should).
+ *
+ * CVLLM_CUDA_GRAPH_LC=0 keeps the edges as captured, 2 moves every programmatic edge (default 1:
+ * those out of library kernels, not into the decode attention). CVLLM_CUDA_GRAPH_DUMP=1 prints the largest decode
+ * graph's edges into kernels (type, port, both kernels' names and launch shapes) to stderr. */
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/graph_edges.h"
+#include "backend/cuda/kernels.h"
+#include "common.h"
+
+int cuda_graph_edges_mode(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CVLLM_CUDA_GRAPH_LC");
+        v = e && *e ? atoi(e) : GRAPH_EDGES_LC;
+        if (v < GRAPH_EDGES_KEEP || v > GRAPH_EDGES_LC_ALL) v = GRAPH_EDGES_LC;
+        if (!cuda_pdl_enabled()) v = GRAPH_EDGES_KEEP; /* no programmatic edges below sm_90 */
+    }
+    return v;
+}
+
+/* A kernel node's function name and launch shape into buf (cuBLASLt's kernels are the driver's
+ * CUfunctions, so the driver is asked: its entry points found at run time). */
+typedef CUresult (*NodeParamsFn)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *);
+typedef CUresult (*FuncNameFn)(const char **, CUfunction);
+typedef CUresult (*KernelNameFn)(const char **, CUkernel);
+static void *driver_fn(const char *sym, int version) {
+    enum cudaDriverEntryPointQueryResult q;
+    void *fn = NULL;
+    if (cudaGetDriverEntryPointByVersion(sym, &fn, version, cudaEnableDefault, &q) !=
+            cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+        return NULL;
+    return fn;
+}
+static const char *node_desc(cudaGraphNode_t n, char *buf, size_t cap) {
+    static NodeParamsFn params;
+    static FuncNameFn fname;
+    static KernelNameFn kname;
+    if (!params) {
+        params = (NodeParamsFn)driver_fn("cuGraphKernelNodeGetParams", 12000);
+        fname = (FuncNameFn)driver_fn("cuFuncGetName", 12030);
+        kname = (KernelNameFn)driver_fn("cuKernelGetName", 12030);
+    }
+    CUDA_KERNEL_NODE_PARAMS kp;
+    const char *name = NULL;
+    if (!params || params((CUgraphNode)n, &kp) != CUDA_SUCCESS) {
+        snprintf(buf, cap, "?");
+        return buf;
+    }
+    if (kp.func && fname) fname(&name, kp.func);
+    if (!name && kp.kern && kname) kname(&name, kp.kern);
+    if (!buf) return name ? name : "?";
+    snprintf(buf, cap, "%s <<<(%u,%u,%u), %u, %u>>>", name ? name : "?", kp.gridDimX,
+             kp.gridDimY, kp.gridDimZ, kp.blockDimX * kp.blockDimY * kp.blockDimZ,
+             kp.sharedMemBytes);
+    return buf;
+}
+
+static int is_kernel(cudaGraphNode_t n) {
+    enum cudaGraphNodeType t;
+    return cudaGraphNodeGetType(n, &t) == cudaSuccess && t == cudaGraphNodeTypeKernel;
+}
+
+/* A kernel of ours: a C++ kernel of the *.cu files, its name mangled ("_Z..."); cuBLASLt's and
+ * NCCL's kernels have plain names (nvjet_..., ncclDevKernel_...). */
+static int is_ours(cudaGraphNode_t n) {
+    return strncmp(node_desc(n, NULL, 0), "_Z", 2) == 0;
+}
+
+int cuda_graph_edges_launch_completion(cudaGraph_t g, int mode, int dump, int *moved) {
+    size_t ne = 0;
+    *moved = 0;
+    cudaError_t e = cudaGraphGetEdges(g, NULL, NULL, NULL, &ne);
+    if (e != cudaSuccess) return cuda_error(e, __FILE__, __LINE__, "cudaGraphGetEdges");
+    if (ne == 0) return 0;
+    cudaGraphNode_t *from = malloc(ne * sizeof *from), *to = malloc(ne * sizeof *to);
+    cudaGraphEdgeData *ed = malloc(ne * sizeof *ed);
+    if (!from || !to || !ed) {
+        free(from), free(to), free(ed);
+        return cvllm_errorf(CVLLM_ENOMEM, "cuda graph edges: out of host memory");
+    }
+    int rc = 0;
+    e = cudaGraphGetEdges(g, from, to, ed, &ne);
+    if (e != cudaSuccess) {
+        rc = cuda_error(e, __FILE__, __LINE__, "cudaGraphGetEdges");
+        goto out;
+    }
+    for (size_t i = 0; i < ne; i++) {
+        if (dump && is_kernel(to[i])) {
+            char a[512], b[512];
+            fprintf(stderr, "cvllm: graph edge %zu: type %d port %d: %s -> %s\n", i,
+                    (int)ed[i].type, (int)ed[i].from_port,
+                    is_kernel(from[i]) ? node_desc(from[i], a, sizeof a) : "(not a kernel)",
+                    node_desc(to[i], b, sizeof b));
+        }
+        if (mode == GRAPH_EDGES_KEEP) continue;
+        const int prog = ed[i].type == cudaGraphDependencyTypeProgrammatic &&
+                         ed[i].from_port == cudaGraphKernelNodePortProgrammatic;
+        /* an ordinary edge between two kernels into a library kernel (a name not mangled as our
+         * C++ kernels' are) */
+        const int lib = mode == GRAPH_EDGES_LIBRARY &&
+                        ed[i].type == cudaGraphDependencyTypeDefault && is_kernel(from[i]) &&
+                        is_kernel(to[i]) && !is_ours(to[i]);
+        if (!prog && !lib) continue;
+        if (mode == GRAPH_EDGES_LC && (is_ours(from[i]) || strstr(node_desc(to[i], NULL, 0),
+                                                                  "attention_decode")))
+            continue;
+        cudaGraphEdgeData nd = ed[i];
+        nd.type = cudaGraphDependencyTypeProgrammatic;
+        nd.from_port = cudaGraphKernelNodePortLaunchCompletion;
+        e = cudaGraphRemoveDependencies(g, &from[i], &to[i], &ed[i], 1);
+        if (e == cudaSuccess) e = cudaGraphAddDependencies(g, &from[i], &to[i], &nd, 1);
+        if (e != cudaSuccess) {
+            rc = cuda_error(e, __FILE__, __LINE__, "graph edge to launch completion");
+            goto out;
+        }
+        (*moved)++;
+    }
+out:
+    free(from), free(to), free(ed);
+    return rc;
+}
