@@ -111,10 +111,7 @@ __device__ __forceinline__ void pdl_trigger() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
-/* Whether launches set the programmatic attribute (compute capability >= 9.0 on the current
- * device, CVLLM_CUDA_PDL not 0); decided once per process. */
-extern "C" int cuda_pdl_enabled(void);
-
+/* pdl_launch sets the programmatic attribute where cuda_pdl_enabled() (kernels.h) says so. */
 template <typename... KArgs, typename... Args>
 static inline cudaError_t pdl_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
                                      cudaStream_t stream, Args... args) {

@@ -18,8 +18,8 @@
  * downstream kernel starts. Only the edges out of library kernels are moved by default: our
  * kernels trigger as soon as their own wait returns, so an edge out of one gains nothing, and
  * at launch completion a chain of ours (a batch-1 step's ~300 small kernels) piles up grids
- * resident and waiting on each other (batch-1 decode -9% with every edge moved). Nor the edges
- * into the decode attention kernels (with them the fp8 default workload lost 1.5%; not
+ * resident and waiting on each other (batch-1 decode -10% with every edge moved). Nor the edges
+ * into the decode attention kernels (with them the fp8 default workload lost 1.4%; not
  * profiled). Measured on an H200: docs/BENCHMARKS.md, round 18.
  *
  * Edges into cuBLASLt's kernels stay full dependencies: those kernels do not wait in
@@ -27,8 +27,9 @@
  * inputs before they are written: test_graph_edges fails with it, as it should).
  *
  * CVLLM_CUDA_GRAPH_LC=0 keeps the edges as captured, 2 moves every programmatic edge (default 1:
- * those out of library kernels, not into the decode attention). CVLLM_CUDA_GRAPH_DUMP=1 prints the largest decode
- * graph's edges into kernels (type, port, both kernels' names and launch shapes) to stderr. */
+ * those out of library kernels, not into the decode attention). CVLLM_CUDA_GRAPH_DUMP=1 prints
+ * the largest decode graph's edges (type, port, both kernels' names and launch shapes; "?" for a
+ * node that is not a kernel) to stderr. */
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -50,8 +51,9 @@ int cuda_graph_edges_mode(void) {
     return v;
 }
 
-/* A kernel node's function name and launch shape into buf (cuBLASLt's kernels are the driver's
- * CUfunctions, so the driver is asked: its entry points found at run time). */
+/* A kernel node's launch parameters and function name (NULL where the driver cannot tell it:
+ * cuBLASLt's kernels are the driver's CUfunctions, so the driver is asked, its entry points found
+ * at run time). */
 typedef CUresult (*NodeParamsFn)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS *);
 typedef CUresult (*FuncNameFn)(const char **, CUfunction);
 typedef CUresult (*KernelNameFn)(const char **, CUkernel);
@@ -64,7 +66,7 @@ static void *driver_fn(const char *sym, int version) {
         return NULL;
     return fn;
 }
-static const char *node_desc(cudaGraphNode_t n, char *buf, size_t cap) {
+static const char *kernel_name(cudaGraphNode_t n, CUDA_KERNEL_NODE_PARAMS *kp) {
     static NodeParamsFn params;
     static FuncNameFn fname;
     static KernelNameFn kname;
@@ -73,30 +75,35 @@ static const char *node_desc(cudaGraphNode_t n, char *buf, size_t cap) {
         fname = (FuncNameFn)driver_fn("cuFuncGetName", 12030);
         kname = (KernelNameFn)driver_fn("cuKernelGetName", 12030);
     }
-    CUDA_KERNEL_NODE_PARAMS kp;
-    const char *name = NULL;
-    if (!params || params((CUgraphNode)n, &kp) != CUDA_SUCCESS) {
-        snprintf(buf, cap, "?");
-        return buf;
-    }
-    if (kp.func && fname) fname(&name, kp.func);
-    if (!name && kp.kern && kname) kname(&name, kp.kern);
-    if (!buf) return name ? name : "?";
-    snprintf(buf, cap, "%s <<<(%u,%u,%u), %u, %u>>>", name ? name : "?", kp.gridDimX,
-             kp.gridDimY, kp.gridDimZ, kp.blockDimX * kp.blockDimY * kp.blockDimZ,
-             kp.sharedMemBytes);
-    return buf;
-}
-
-static int is_kernel(cudaGraphNode_t n) {
     enum cudaGraphNodeType t;
-    return cudaGraphNodeGetType(n, &t) == cudaSuccess && t == cudaGraphNodeTypeKernel;
+    const char *name = NULL;
+    memset(kp, 0, sizeof *kp);
+    if (cudaGraphNodeGetType(n, &t) != cudaSuccess || t != cudaGraphNodeTypeKernel || !params ||
+        params((CUgraphNode)n, kp) != CUDA_SUCCESS)
+        return NULL;
+    if (kp->func && fname) fname(&name, kp->func);
+    if (!name && kp->kern && kname) kname(&name, kp->kern);
+    return name;
 }
 
-/* A kernel of ours: a C++ kernel of the *.cu files, its name mangled ("_Z..."); cuBLASLt's and
- * NCCL's kernels have plain names (nvjet_..., ncclDevKernel_...). */
-static int is_ours(cudaGraphNode_t n) {
-    return strncmp(node_desc(n, NULL, 0), "_Z", 2) == 0;
+/* Kernels of ours are C++ kernels of the *.cu files, their names mangled ("_Z..."); cuBLASLt's
+ * and NCCL's have plain names (nvjet_..., ncclDevKernel_...). Unknown: neither. */
+enum { K_NONE, K_OURS, K_LIBRARY };
+static int kernel_kind(const char *name) {
+    return !name ? K_NONE : strncmp(name, "_Z", 2) == 0 ? K_OURS : K_LIBRARY;
+}
+
+static void dump_edge(size_t i, cudaGraphNode_t from, cudaGraphNode_t to,
+                      const cudaGraphEdgeData *ed) {
+    CUDA_KERNEL_NODE_PARAMS kp[2];
+    const char *name[2] = {kernel_name(from, &kp[0]), kernel_name(to, &kp[1])};
+    fprintf(stderr, "cvllm: graph edge %zu: type %d port %d:", i, (int)ed->type,
+            (int)ed->from_port);
+    for (int k = 0; k < 2; k++)
+        fprintf(stderr, "%s %s <<<(%u,%u,%u), %u, %u>>>", k ? " ->" : "", name[k] ? name[k] : "?",
+                kp[k].gridDimX, kp[k].gridDimY, kp[k].gridDimZ,
+                kp[k].blockDimX * kp[k].blockDimY * kp[k].blockDimZ, kp[k].sharedMemBytes);
+    fputc('\n', stderr);
 }
 
 int cuda_graph_edges_launch_completion(cudaGraph_t g, int mode, int dump, int *moved) {
@@ -118,24 +125,20 @@ int cuda_graph_edges_launch_completion(cudaGraph_t g, int mode, int dump, int *m
         goto out;
     }
     for (size_t i = 0; i < ne; i++) {
-        if (dump && is_kernel(to[i])) {
-            char a[512], b[512];
-            fprintf(stderr, "cvllm: graph edge %zu: type %d port %d: %s -> %s\n", i,
-                    (int)ed[i].type, (int)ed[i].from_port,
-                    is_kernel(from[i]) ? node_desc(from[i], a, sizeof a) : "(not a kernel)",
-                    node_desc(to[i], b, sizeof b));
-        }
+        CUDA_KERNEL_NODE_PARAMS kp;
+        const char *up = kernel_name(from[i], &kp), *down = kernel_name(to[i], &kp);
+        if (dump) dump_edge(i, from[i], to[i], &ed[i]);
         if (mode == GRAPH_EDGES_KEEP) continue;
         const int prog = ed[i].type == cudaGraphDependencyTypeProgrammatic &&
                          ed[i].from_port == cudaGraphKernelNodePortProgrammatic;
-        /* an ordinary edge between two kernels into a library kernel (a name not mangled as our
-         * C++ kernels' are) */
+        /* an ordinary edge between two kernels into a library kernel */
         const int lib = mode == GRAPH_EDGES_LIBRARY &&
-                        ed[i].type == cudaGraphDependencyTypeDefault && is_kernel(from[i]) &&
-                        is_kernel(to[i]) && !is_ours(to[i]);
+                        ed[i].type == cudaGraphDependencyTypeDefault && up &&
+                        kernel_kind(down) == K_LIBRARY;
         if (!prog && !lib) continue;
-        if (mode == GRAPH_EDGES_LC && (is_ours(from[i]) || strstr(node_desc(to[i], NULL, 0),
-                                                                  "attention_decode")))
+        /* the default: out of a kernel known to be a library's, not into the decode attention */
+        if (mode == GRAPH_EDGES_LC &&
+            (kernel_kind(up) != K_LIBRARY || !down || strstr(down, "attention_decode")))
             continue;
         cudaGraphEdgeData nd = ed[i];
         nd.type = cudaGraphDependencyTypeProgrammatic;

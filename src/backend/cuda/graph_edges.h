@@ -21,8 +21,8 @@ enum {
  * 9.0 or with programmatic launch off; decided once a process. */
 int cuda_graph_edges_mode(void);
 /* Moves g's edges as mode says from their upstream kernel's programmatic port to its launch
- * completion port; *moved: how many. dump: print every edge into a kernel node (its type and
- * port, both kernels' names and launch shapes) to stderr first. Returns 0 or a CVLLM_E* code with
+ * completion port; *moved: how many. dump: print every edge (its type and port, both kernels'
+ * names and launch shapes) to stderr first. Returns 0 or a CVLLM_E* code with
  * the message set. */
 int cuda_graph_edges_launch_completion(cudaGraph_t g, int mode, int dump, int *moved);
 
