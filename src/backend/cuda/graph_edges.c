@@ -5,10 +5,10 @@
  * kernel's "programmatic" port: the kernel may be scheduled once every block of the one before
  * has called griddepcontrol.launch_dependents or exited, and it waits for that kernel's completion
  * and memory in griddepcontrol.wait (pdl_wait) before reading what it wrote. Our kernels trigger
- * at their start, so that port opens at once; cuBLASLt's kernels never trigger, so after a
- * cuBLASLt product (qkv, o, gate/up, down: four a layer from 17 tokens up) the port opens only as
- * its last block exits, and the next kernel's launch and block scheduling follow the product's
- * end.
+ * as soon as their own wait returns, so that port opens once they run; cuBLASLt's kernels never
+ * trigger, so after a cuBLASLt product (qkv, o, gate/up, down: four a layer from 17 tokens up) the
+ * port opens only as its last block exits, and the next kernel's launch and block scheduling
+ * follow the product's end.
  *
  * cuda_graph_edges_launch_completion moves programmatic edges to the upstream kernel's "launch
  * completion" port: the downstream kernel may be scheduled once every block of the upstream one
