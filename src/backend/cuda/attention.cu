@@ -1462,7 +1462,17 @@ __device__ __forceinline__ void dtc_prologue(const AttentionParams &p, const Dtc
 }
 /* Whether a block may ask the copy engine for its first ST - 1 rounds of tiles (keys j0 .. j0 +
  * 64 (ST - 1) - 1) before dtc_prologue, which then overlaps their fetch: none of them holds the
- * key the prologue stores (the sequence's last, where the block's partition holds it). */
+ * key the prologue stores (the sequence's last, where the block's partition holds it).
+ *
+ * dtc_pre_wait: the copy-engine kernels with FUSE do their setup (dtc_setup, the table entries,
+ * the barriers) and ask for those first tiles before pdl_wait, so that where the kernel is
+ * scheduled before the one ahead of it has ended (a decode graph's edge from the qkv product at
+ * its launch completion, graph_edges.c) they overlap that kernel's end. What they read there no
+ * kernel of the step writes: the inputs (context lengths, the launch order, the query rows'
+ * bounds, the block tables: copied before the step's first kernel) and cache rows of earlier
+ * steps; the one row a step writes into a sequence's context is its last key, stored by this
+ * kernel's own prologue after the wait (with FUSE; without it, by the kernel ahead, so a kernel
+ * without FUSE reads nothing before the wait). */
 template <int ST> __device__ __forceinline__ bool dtc_early(const DtcBlock &b) {
     const bool stores = b.fused && b.j0 <= b.ctx - 1 && b.ctx - 1 < b.j1;
     return b.j0 < b.j1 && (!stores || b.ctx - 1 >= b.j0 + (ST - 1) * DEC_WARPS * 16);
@@ -1536,8 +1546,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     if constexpr (TM) return; /* never launched below sm_90 */
 #endif
     static_assert(!TM || (ST > 0 && HD * sizeof(KV) == DTMA_ROWB), "TMA: 128-byte rows");
-    pdl_wait();
-    pdl_trigger();
+    /* TM with FUSE: its setup and first tiles before pdl_wait (dtc_pre_wait) */
+    constexpr bool PRE = TM && FUSE;
+    if constexpr (!PRE) pdl_wait(), pdl_trigger();
     typedef typename DecTcOperand<KV>::T M;
     constexpr bool F8 = IsFp8<KV>::value;
     constexpr int KSTEPS = HD / 16;               /* k-steps of S; also the m-tiles of O^T */
@@ -1656,6 +1667,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     bool started = false;
     if constexpr (TM)
         if (dtc_early<ST>(B)) start_chunk(), started = true;
+    if constexpr (PRE) pdl_wait(), pdl_trigger();
     dtc_prologue<KV, HD, FUSE, TM>(p, B, (float(*)[HD])sm_q);
     const float qscale = p.scale * 1.44269504088896341f * (F8 ? p.k_scale : 1.0f);
     /* Q's fragments: step ks, dims KDIMS * t4 + 4 ks + 0..3 (a thread's K run) */
@@ -1805,8 +1817,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                                 const __grid_constant__ CUtensorMap kmap,
                                 const __grid_constant__ CUtensorMap vmap) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    pdl_wait();
-    pdl_trigger();
+    if constexpr (!FUSE) pdl_wait(), pdl_trigger(); /* FUSE: dtc_pre_wait */
     typedef KV M;
     constexpr int KSTEPS = HD / 16; /* k-steps of S; also the m-tiles of O^T */
     constexpr int SB = dtma_stage_bytes(HD), HB = SB / 2;
@@ -1864,6 +1875,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     /* the first chunk's first tiles are fetched while the prologue runs (dtc_early) */
     bool started = false;
     if (dtc_early<ST>(B)) start_chunk(), started = true;
+    if constexpr (FUSE) pdl_wait(), pdl_trigger();
     dtc_prologue<KV, HD, FUSE, true>(p, B, (float(*)[HD])sm_q);
     /* Q's fragments: step ks, dims 16 ks + 2 t4 + 0..1 (qa0) and + 8 (qa2), as ldmatrix gives K */
     uint32_t qa0[KSTEPS], qa2[KSTEPS];

@@ -18,16 +18,20 @@
  * downstream kernel starts. Only the edges out of library kernels are moved by default: our
  * kernels trigger as soon as their own wait returns, so an edge out of one gains nothing, and
  * at launch completion a chain of ours (a batch-1 step's ~300 small kernels) piles up grids
- * resident and waiting on each other (batch-1 decode -10% with every edge moved). Nor the edges
- * into the decode attention kernels (with them the fp8 default workload lost 1.4%; not
- * profiled). Measured on an H200: docs/BENCHMARKS.md, round 18.
+ * resident and waiting on each other (batch-1 decode -10% with every edge moved). Into the decode
+ * attention only the 16-bit cache's copy-engine kernel (attention_decode_tma_kernel), which sets
+ * up and asks for its first tiles before its wait (attention.cu, dtc_pre_wait): bf16 default
+ * workload +1.0%, 256 x 562/523 +1.1%; the same edges into the fp8 cache's kernel cost the fp8
+ * default workload 1.0%, and 1.4% before that kernel's setup came before its wait, so they stay.
+ * Measured on an H200: docs/BENCHMARKS.md, rounds 18 and 19.
  *
  * Edges into cuBLASLt's kernels stay full dependencies: those kernels do not wait in
  * griddepcontrol.wait (GRAPH_EDGES_LIBRARY below moves them too, and the products then read their
  * inputs before they are written: test_graph_edges fails with it, as it should).
  *
- * CVLLM_CUDA_GRAPH_LC=0 keeps the edges as captured, 2 moves every programmatic edge (default 1:
- * those out of library kernels, not into the decode attention). CVLLM_CUDA_GRAPH_DUMP=1 prints
+ * CVLLM_CUDA_GRAPH_LC=0 keeps the edges as captured, 2 moves every programmatic edge, 4 those out
+ * of library kernels into any kernel (default 1: those out of library kernels, into the decode
+ * attention only attention_decode_tma_kernel). CVLLM_CUDA_GRAPH_DUMP=1 prints
  * the largest decode graph's edges (type, port, both kernels' names and launch shapes; "?" for a
  * node that is not a kernel) to stderr. */
 #include <cuda.h>
@@ -45,7 +49,8 @@ int cuda_graph_edges_mode(void) {
     if (v < 0) {
         const char *e = getenv("CVLLM_CUDA_GRAPH_LC");
         v = e && *e ? atoi(e) : GRAPH_EDGES_LC;
-        if (v < GRAPH_EDGES_KEEP || v > GRAPH_EDGES_LC_ALL) v = GRAPH_EDGES_LC;
+        if ((v < GRAPH_EDGES_KEEP || v > GRAPH_EDGES_LC_ALL) && v != GRAPH_EDGES_LC_ATT)
+            v = GRAPH_EDGES_LC;
         if (!cuda_pdl_enabled()) v = GRAPH_EDGES_KEEP; /* no programmatic edges below sm_90 */
     }
     return v;
@@ -136,10 +141,13 @@ int cuda_graph_edges_launch_completion(cudaGraph_t g, int mode, int dump, int *m
                         ed[i].type == cudaGraphDependencyTypeDefault && up &&
                         kernel_kind(down) == K_LIBRARY;
         if (!prog && !lib) continue;
-        /* the default: out of a kernel known to be a library's, not into the decode attention */
+        /* the default: out of a kernel known to be a library's; into the decode attention only
+         * the copy-engine 16-bit kernel */
         if (mode == GRAPH_EDGES_LC &&
-            (kernel_kind(up) != K_LIBRARY || !down || strstr(down, "attention_decode")))
+            (kernel_kind(up) != K_LIBRARY || !down ||
+             (strstr(down, "attention_decode") && !strstr(down, "attention_decode_tma_kernel"))))
             continue;
+        if (mode == GRAPH_EDGES_LC_ATT && (kernel_kind(up) != K_LIBRARY || !down)) continue;
         cudaGraphEdgeData nd = ed[i];
         nd.type = cudaGraphDependencyTypeProgrammatic;
         nd.from_port = cudaGraphKernelNodePortLaunchCompletion;

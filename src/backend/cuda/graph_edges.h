@@ -12,13 +12,15 @@ extern "C" {
 enum {
     GRAPH_EDGES_KEEP = 0,   /* as captured */
     GRAPH_EDGES_LC = 1,     /* the programmatic edges out of library kernels (cuBLASLt's) at
-                             * launch completion, not those into the decode attention (default) */
+                             * launch completion, into the decode attention only those into
+                             * attention_decode_tma_kernel (default) */
     GRAPH_EDGES_LC_ALL = 2, /* every programmatic edge */
-    GRAPH_EDGES_LIBRARY = 3 /* also the ordinary edges into library kernels: wrong results
-                             * (cuBLASLt's kernels do not wait); test_graph_edges' failure check */
+    GRAPH_EDGES_LIBRARY = 3, /* also the ordinary edges into library kernels: wrong results
+                              * (cuBLASLt's kernels do not wait); test_graph_edges' failure check */
+    GRAPH_EDGES_LC_ATT = 4   /* as LC, and those into every decode attention kernel */
 };
-/* The decode graphs' mode: CVLLM_CUDA_GRAPH_LC (0..2, default 1), KEEP below compute capability
- * 9.0 or with programmatic launch off; decided once a process. */
+/* The decode graphs' mode: CVLLM_CUDA_GRAPH_LC (0, 1, 2 or 4, default 1), KEEP below compute
+ * capability 9.0 or with programmatic launch off; decided once a process. */
 int cuda_graph_edges_mode(void);
 /* Moves g's edges as mode says from their upstream kernel's programmatic port to its launch
  * completion port; *moved: how many. dump: print every edge (its type and port, both kernels'
