@@ -141,13 +141,14 @@ int cuda_graph_edges_launch_completion(cudaGraph_t g, int mode, int dump, int *m
                         ed[i].type == cudaGraphDependencyTypeDefault && up &&
                         kernel_kind(down) == K_LIBRARY;
         if (!prog && !lib) continue;
-        /* the default: out of a kernel known to be a library's; into the decode attention only
-         * the copy-engine 16-bit kernel */
-        if (mode == GRAPH_EDGES_LC &&
-            (kernel_kind(up) != K_LIBRARY || !down ||
-             (strstr(down, "attention_decode") && !strstr(down, "attention_decode_tma_kernel"))))
+        /* the default (and LC_ATT): out of a kernel known to be a library's; into the decode
+         * attention only the copy-engine 16-bit kernel (LC_ATT: into any) */
+        if ((mode == GRAPH_EDGES_LC || mode == GRAPH_EDGES_LC_ATT) &&
+            (kernel_kind(up) != K_LIBRARY || !down))
             continue;
-        if (mode == GRAPH_EDGES_LC_ATT && (kernel_kind(up) != K_LIBRARY || !down)) continue;
+        if (mode == GRAPH_EDGES_LC && strstr(down, "attention_decode") &&
+            !strstr(down, "attention_decode_tma_kernel"))
+            continue;
         cudaGraphEdgeData nd = ed[i];
         nd.type = cudaGraphDependencyTypeProgrammatic;
         nd.from_port = cudaGraphKernelNodePortLaunchCompletion;
