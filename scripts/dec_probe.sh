@@ -6,7 +6,7 @@
 #   (there) cvllm_probe bench ops --device cuda attention 2> probe.log
 #   (there) PROBE_EVERY=120 cvllm_probe bench throughput M --device cuda --enforce-eager \
 #             --kv-cache-dtype fp8 2> probe.log
-# Used for docs/BENCHMARKS.md round 19; the patch follows attention.cu as it was then.
+# Used for docs/BENCHMARKS.md rounds 19-20; the patch follows attention.cu as it was then.
 set -euo pipefail
 B=$(cd "${1:?build dir}" && pwd)
 OUTB=${2:?output binary}
@@ -35,6 +35,10 @@ for K, E in ((K1, K2), (K2, '/* CVLLM_CUDA_DEC_TMA:')):
 once('    dtc_prologue<KV, HD, FUSE, TM>', '    PROBE(2);\n    dtc_prologue<KV, HD, FUSE, TM>', K1)
 once('    dtc_prologue<KV, HD, FUSE, true>',
      '    PROBE(2);\n    dtc_prologue<KV, HD, FUSE, true>', K2)
+# 7, 8 around the fused prologue's last barrier (dtc_prologue, shared by both kernels)
+once('        }\n        __syncthreads();\n    }\n}',
+     '        }\n        PROBE(7);\n        __syncthreads();\n        PROBE(8);\n    }\n}',
+     'dtc_prologue(const AttentionParams')
 once("((base + it) / ST) & 1);\n",
      "((base + it) / ST) & 1);\n if (base + it == 0) PROBE(3);\n", K1)
 once("(used / ST) & 1);\n", "(used / ST) & 1);\n if (used == 0) PROBE(3);\n", K2)

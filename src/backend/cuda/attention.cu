@@ -1415,8 +1415,8 @@ __device__ __forceinline__ void dtc_softmax_step(float (&sc)[4], int jb, int ce,
  * the group of query heads from h0, its keys j0 .. j1 - 1 of ctx, the token t whose query it reads
  * (< 0: a padding lane) and the sequence's block-table row; fused: with FUSE, whether it runs the
  * prologue (dtc_prologue: sm_q gets the block's normed and rotated query heads, and the block
- * holding the sequence's last key stores it; ASYNC: the copy engine reads the cache next, so that
- * store is fenced for it). */
+ * holding the sequence's last key stores it; ASYNC: the copy engine reads the cache, so the
+ * kernel patches that key into its stage instead of reading it back). */
 struct DtcBlock {
     int part, s, group, kvh, h0, ctx, j0, j1, t;
     bool fused;
@@ -1437,46 +1437,113 @@ __device__ __forceinline__ DtcBlock dtc_setup(const AttentionParams &p, int num_
     b.fused = FUSE && b.t >= 0 && b.j0 < b.j1;
     return b;
 }
-/* With FUSE, where b.fused: the block's query heads into sm_q and, where its partition holds the
- * sequence's last key, that key and value stored (decode_qk_prologue); every thread waits. */
-template <typename KV, int HD, bool FUSE, bool ASYNC>
-__device__ __forceinline__ void dtc_prologue(const AttentionParams &p, const DtcBlock &b,
-                                             float (*sm_q)[HD]) {
+/* The fused prologue's inputs that no kernel of the step writes, read before pdl_wait
+ * (dtc_pre_wait): the token's position and slot (where the block's partition holds the sequence's
+ * last key, else -1), and thread x's inv_freq entry and norm weights; dtc_pre_store turns them into
+ * the block's DtcRope tables, so that after the wait only the qkv rows remain to be read. row: the
+ * key and value the prologue stores, kept for the copy-engine kernels, which put them into the
+ * stage of the tile holding that key once it has landed (dtc_patch_last). */
+struct DtcPre {
+    float pos, invf, qw, kw;
+    int64_t slot;
+};
+template <typename KV, int HD> struct DtcRope {
+    float2 cs[HD / 2];
+    float w[2][HD];
+    __align__(16) KV row[2][HD];
+};
+template <int HD, bool FUSE>
+__device__ __forceinline__ DtcPre dtc_pre_load(const AttentionParams &p, const DtcBlock &b) {
+    DtcPre d = {0.0f, 0.0f, 0.0f, 0.0f, -1};
     if constexpr (FUSE) {
         if (b.fused) {
-            const int64_t slot = b.j0 <= b.ctx - 1 && b.ctx - 1 < b.j1 ? p.slots[b.t] : -1;
+            const int x = threadIdx.x;
+            d.pos = (float)p.positions[b.t];
+            if (b.j0 <= b.ctx - 1 && b.ctx - 1 < b.j1) d.slot = p.slots[b.t];
+            if (x < HD) {
+                d.invf = p.inv_freq[x % (HD / 2)];
+                if (p.q_norm) d.qw = p.q_norm[x];
+                if (p.k_norm) d.kw = p.k_norm[x];
+            }
+        }
+    }
+    return d;
+}
+/* thread x < HD / 2: cs[x]'s cosine, x < HD: cs[x - HD / 2]'s sine (the angle as norm_rope_head
+ * forms it), and the weights */
+template <typename KV, int HD, bool FUSE>
+__device__ __forceinline__ void dtc_pre_store(const DtcPre &d, const DtcBlock &b,
+                                              DtcRope<KV, HD> &r) {
+    if constexpr (FUSE) {
+        const int x = threadIdx.x;
+        if (b.fused && x < HD) {
+            const float angle = d.pos * d.invf;
+            if (x < HD / 2) r.cs[x].x = cosf(angle);
+            else r.cs[x - HD / 2].y = sinf(angle);
+            r.w[0][x] = d.qw, r.w[1][x] = d.kw;
+        }
+    }
+}
+/* decode_qk_prologue's work from the tables: the nh query heads into sm_q and, where slot >= 0,
+ * the key and value stored at slot (at kc / vc) and kept in r.row. A warp a head; not inlined. */
+template <typename KV, int HD>
+__device__ __noinline__ void dtc_qk_prologue(const float *row, int64_t slot, float (*sm_q)[HD],
+                                             int nh, bool qn, bool kn, DtcRope<KV, HD> *r,
+                                             float eps, int q_off, int k_off, int v_off, KV *kc,
+                                             KV *vc, float k_scale, float v_scale) {
+    const int warp = threadIdx.x >> 5;
+    const int items = nh + (slot >= 0 ? 2 : 0);
+    for (int it = warp; it < items; it += DEC_WARPS) {
+        if (it < nh)
+            norm_rope_head_cs<float, HD>(row + q_off + it * HD, sm_q[it], NULL, NULL,
+                                         qn ? r->w[0] : NULL, r->cs, eps, 1.0f);
+        else if (it == nh)
+            norm_rope_head_cs<KV, HD>(row + k_off, NULL, kc, r->row[0], kn ? r->w[1] : NULL,
+                                      r->cs, eps, k_scale);
+        else
+            for (int i = threadIdx.x & 31; i < HD; i += 32)
+                vc[i] = r->row[1][i] = cache_from_f32<KV>(row[v_off + i], v_scale);
+    }
+}
+/* With FUSE, where b.fused: the block's query heads into sm_q and, where its partition holds the
+ * sequence's last key (slot >= 0, from dtc_pre_load), that key and value stored; every thread
+ * waits. The tables of dtc_pre_store are read after a barrier. Without ASYNC the kernel reads the
+ * stored row from the cache after the final barrier; with it (the copy engine reads the cache,
+ * an async proxy that this store is not ordered with) the kernel patches the row into its stage
+ * instead (dtc_patch_last), so no proxy fence waits for the store here. */
+template <typename KV, int HD, bool FUSE, bool ASYNC>
+__device__ __forceinline__ void dtc_prologue(const AttentionParams &p, const DtcBlock &b,
+                                             float (*sm_q)[HD], DtcRope<KV, HD> &r,
+                                             int64_t slot) {
+    if constexpr (FUSE) {
+        __syncthreads(); /* dtc_pre_store's tables */
+        if (b.fused) {
             const int64_t at =
                 slot < 0 ? 0 : slot * ((int64_t)p.n_kv_heads * HD) + (int64_t)b.kvh * HD;
-            decode_qk_prologue<KV, HD, DTC_MAX_GROUP>(
-                p.q + (int64_t)b.t * p.ldq, (float)p.positions[b.t], slot, sm_q, b.group,
-                p.q_norm, p.k_norm, p.inv_freq, p.eps, HD, b.h0 * HD, (p.n_heads + b.kvh) * HD,
-                (p.n_heads + p.n_kv_heads + b.kvh) * HD, (KV *)p.k_cache + at,
-                (KV *)p.v_cache + at, p.k_scale, p.v_scale);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            /* the key and value just stored are read next by the copy engine (async proxy) */
-            if constexpr (ASYNC) asm volatile("fence.proxy.async.global;" ::: "memory");
-#endif
+            dtc_qk_prologue<KV, HD>(p.q + (int64_t)b.t * p.ldq, slot, sm_q, b.group,
+                                    p.q_norm != NULL, p.k_norm != NULL, &r, p.eps, b.h0 * HD,
+                                    (p.n_heads + b.kvh) * HD,
+                                    (p.n_heads + p.n_kv_heads + b.kvh) * HD,
+                                    (KV *)p.k_cache + at, (KV *)p.v_cache + at, p.k_scale,
+                                    p.v_scale);
         }
         __syncthreads();
     }
 }
-/* Whether a block may ask the copy engine for its first ST - 1 rounds of tiles (keys j0 .. j0 +
- * 64 (ST - 1) - 1) before dtc_prologue, which then overlaps their fetch: none of them holds the
- * key the prologue stores (the sequence's last, where the block's partition holds it).
+/* Whether a block may ask the copy engine for its first ST - 1 rounds of tiles before
+ * dtc_prologue, which then overlaps their fetch: whenever it has keys (a tile holding the key the
+ * prologue stores gets it from DtcRope.row once it lands: dtc_patch_last).
  *
- * dtc_pre_wait: the copy-engine kernels with FUSE do their setup (dtc_setup, the table entries,
- * the barriers) and ask for those first tiles before pdl_wait, so that where the kernel is
- * scheduled before the one ahead of it has ended (a decode graph's edge from the qkv product at
- * its launch completion, graph_edges.c) they overlap that kernel's end. What they read there no
- * kernel of the step writes: the inputs (context lengths, the launch order, the query rows'
- * bounds, the block tables: copied before the step's first kernel) and cache rows of earlier
- * steps; the one row a step writes into a sequence's context is its last key, stored by this
- * kernel's own prologue after the wait (with FUSE; without it, by the kernel ahead, so a kernel
- * without FUSE reads nothing before the wait). */
-template <int ST> __device__ __forceinline__ bool dtc_early(const DtcBlock &b) {
-    const bool stores = b.fused && b.j0 <= b.ctx - 1 && b.ctx - 1 < b.j1;
-    return b.j0 < b.j1 && (!stores || b.ctx - 1 >= b.j0 + (ST - 1) * DEC_WARPS * 16);
-}
+ * dtc_pre_wait: the copy-engine kernels with FUSE do their setup (dtc_setup, dtc_pre_load, the
+ * table entries, the barriers, dtc_pre_store) and ask for those first tiles before pdl_wait, so
+ * that where the kernel is scheduled before the one ahead of it has ended (a decode graph's edge
+ * from the qkv product at its launch completion, graph_edges.c) they overlap that kernel's end.
+ * What they read there no kernel of the step writes: the inputs (context lengths, the launch
+ * order, the query rows' bounds, the block tables, positions and slots: copied before the step's
+ * first kernel), the weights, and cache rows of earlier steps; the one row a step writes into a
+ * sequence's context is its last key, stored by this kernel's own prologue after the wait (with
+ * FUSE; without it, by the kernel ahead, so a kernel without FUSE reads nothing before the wait). */
+__device__ __forceinline__ bool dtc_early(const DtcBlock &b) { return b.j0 < b.j1; }
 /* Q^T's B fragments (column g: head h0 + g, zeros past the group), q times qscale rounded to
  * M: k-step ks takes dims dim(ks, e), e = 0, 1 in qa0 and e = 2, 3 in qa2 (the order in which
  * the kernel's K fragments hold the dims). q: sm_q's rows with FUSE, else token t's heads. */
@@ -1555,7 +1622,10 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     constexpr int KDIMS = HD / 4, VDIMS = HD / 8; /* a thread's run of a K row, of a V row */
     constexpr int KWORDS = KDIMS * (int)sizeof(KV) / 4, VWORDS = VDIMS * (int)sizeof(KV) / 4;
     __shared__ float sm_q[FUSE ? DTC_MAX_GROUP : 1][FUSE ? HD : 1];
+    __shared__ __align__(16) char sm_rope_b[FUSE ? sizeof(DtcRope<KV, HD>) : 16];
+    DtcRope<KV, HD> &sm_rope = *reinterpret_cast<DtcRope<KV, HD> *>(sm_rope_b);
     const DtcBlock B = dtc_setup<FUSE>(p, num_parts);
+    const DtcPre pre = dtc_pre_load<HD, FUSE>(p, B);
     const int kvh = B.kvh, j0 = B.j0, j1 = B.j1;
     const int32_t *table = B.table;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
@@ -1662,13 +1732,16 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
         }
     };
     /* TM: the first chunk's first tiles are asked for before the prologue, so that the copy
-     * engine fetches them while the block norms and rotates its queries, unless one of them holds
-     * the key the prologue stores (the sequence's last, where this block's partition holds it) */
+     * engine fetches them while the block norms and rotates its queries (dtc_early) */
     bool started = false;
     if constexpr (TM)
-        if (dtc_early<ST>(B)) start_chunk(), started = true;
+        if (dtc_early(B)) start_chunk(), started = true;
+    dtc_pre_store<KV, HD, FUSE>(pre, B, sm_rope);
     if constexpr (PRE) pdl_wait(), pdl_trigger();
-    dtc_prologue<KV, HD, FUSE, TM>(p, B, (float(*)[HD])sm_q);
+    dtc_prologue<KV, HD, FUSE, TM>(p, B, (float(*)[HD])sm_q, sm_rope, pre.slot);
+    /* TM: the key the prologue stored (its row in the cache is not ordered with the copy engine's
+     * reads), where this block holds it */
+    const int last = TM && pre.slot >= 0 ? B.ctx - 1 : -1;
     const float qscale = p.scale * 1.44269504088896341f * (F8 ? p.k_scale : 1.0f);
     /* Q's fragments: step ks, dims KDIMS * t4 + 4 ks + 0..3 (a thread's K run) */
     uint32_t qa0[KSTEPS], qa2[KSTEPS];
@@ -1697,10 +1770,18 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                 if constexpr (TM) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
                     mbar_wait(smem_addr(&sm_bar[warp][sl]), ((base + it) / ST) & 1);
-                    if (jb + 16 > ce) { /* V's rows past the context zeroed (K's are masked) */
+                    const bool patch = last >= jb && last < jb + 16;
+                    if (jb + 16 > ce || patch) {
+                        char *sw = (char *)st;
+                        /* V's rows past the context zeroed (K's are masked) */
                         for (int r = ce - jb + (lane >> 3); r < 16; r += 4)
-                            *(uint4 *)(st + 16 * RB + r * RB + (lane & 7) * 16) =
+                            *(uint4 *)(sw + 16 * RB + r * RB + (lane & 7) * 16) =
                                 make_uint4(0u, 0u, 0u, 0u);
+                        if (patch && lane < 2 * CPR) { /* dtc_patch_last: K's chunks, V's */
+                            const int r = last - jb, kv = lane / CPR, c = lane % CPR;
+                            *(uint4 *)(sw + kv * 16 * RB + r * RB + (c ^ (r & 7)) * 16) =
+                                ((const uint4 *)sm_rope.row[kv])[c];
+                        }
                         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
                         __syncwarp();
                     }
@@ -1822,7 +1903,10 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     constexpr int KSTEPS = HD / 16; /* k-steps of S; also the m-tiles of O^T */
     constexpr int SB = dtma_stage_bytes(HD), HB = SB / 2;
     __shared__ float sm_q[FUSE ? DTC_MAX_GROUP : 1][FUSE ? HD : 1];
+    __shared__ __align__(16) char sm_rope_b[FUSE ? sizeof(DtcRope<KV, HD>) : 16];
+    DtcRope<KV, HD> &sm_rope = *reinterpret_cast<DtcRope<KV, HD> *>(sm_rope_b);
     const DtcBlock B = dtc_setup<FUSE>(p, num_parts);
+    const DtcPre pre = dtc_pre_load<HD, FUSE>(p, B);
     const int kvh = B.kvh, j0 = B.j0, j1 = B.j1;
     const int32_t *table = B.table;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
@@ -1874,9 +1958,12 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     };
     /* the first chunk's first tiles are fetched while the prologue runs (dtc_early) */
     bool started = false;
-    if (dtc_early<ST>(B)) start_chunk(), started = true;
+    if (dtc_early(B)) start_chunk(), started = true;
+    dtc_pre_store<KV, HD, FUSE>(pre, B, sm_rope);
     if constexpr (FUSE) pdl_wait(), pdl_trigger();
-    dtc_prologue<KV, HD, FUSE, true>(p, B, (float(*)[HD])sm_q);
+    dtc_prologue<KV, HD, FUSE, true>(p, B, (float(*)[HD])sm_q, sm_rope, pre.slot);
+    /* the key the prologue stored, where this block holds it (dtc_patch_last) */
+    const int last = pre.slot >= 0 ? B.ctx - 1 : -1;
     /* Q's fragments: step ks, dims 16 ks + 2 t4 + 0..1 (qa0) and + 8 (qa2), as ldmatrix gives K */
     uint32_t qa0[KSTEPS], qa2[KSTEPS];
     dtc_q_frags<M, HD, FUSE>(p, B, &sm_q[0][0], p.scale * 1.44269504088896341f, qa0, qa2,
@@ -1898,13 +1985,20 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
             const uint32_t st = wst + (used % ST) * SB;
             mbar_wait(smem_addr(&sm_bar[warp][used % ST]), (used / ST) & 1);
             used++;
-            if (jb + 16 > ce) { /* rows past the context: V's zeroed (K's are masked) */
+            const bool patch = last >= jb && last < jb + 16;
+            if (jb + 16 > ce || patch) { /* rows past the context: V's zeroed (K's are masked) */
                 for (int i = lane; i < (HD / 64) * 16 * 8; i += 32) {
                     const int r = (i >> 3) & 15;
                     if (jb + r >= ce)
                         *(uint4 *)__cvta_shared_to_generic(st + HB + (i >> 7) * 16 * DTMA_ROWB +
                                                            r * DTMA_ROWB + (i & 7) * 16) =
                             make_uint4(0u, 0u, 0u, 0u);
+                }
+                /* dtc_patch_last: the stored key's K and V chunks (HD / 8 each) from DtcRope.row */
+                if (patch && lane < 2 * (HD / 8)) {
+                    const int kv = lane / (HD / 8), c = lane % (HD / 8);
+                    *(uint4 *)__cvta_shared_to_generic(st + kv * HB + dtma_at(last - jb, c)) =
+                        ((const uint4 *)sm_rope.row[kv])[c];
                 }
                 /* ordinary stores that ldmatrix reads next, and that a copy overwrites later */
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");

@@ -3,7 +3,8 @@
  * qk_rope_store_job (backend_cpu.c: rmsnorm_cpu per head, rope_cos_sin_cpu, rope_apply_cpu) in f32.
  * Two kernels use it, so that they agree bit for bit: qk_norm_rope_store_kernel (elementwise.cu,
  * every token of a step) and the decode attention kernel when it takes the raw qkv rows itself
- * (attention.cu, AttentionParams.positions set: a decode step without the separate launch). */
+ * (attention.cu, AttentionParams.positions set: a decode step without the separate launch; the
+ * tensor-core decode kernels through norm_rope_head_cs, the same arithmetic from tables). */
 #ifndef CVLLM_BACKEND_CUDA_QK_NORM_ROPE_CUH
 #define CVLLM_BACKEND_CUDA_QK_NORM_ROPE_CUH
 
@@ -43,6 +44,54 @@ __device__ __forceinline__ void norm_rope_head(const float *src, float *dst, C *
         if (cache) {
             cache[i] = cache_from_f32<C>(x0, scale);
             cache[i + half] = cache_from_f32<C>(x1, scale);
+        }
+    }
+}
+
+/* norm_rope_head for a head_dim HD known at compile time (a multiple of 64), its inputs from
+ * tables made before the head's values exist: cs[i] = (cosf(pos * inv_freq[i]), sinf(...)) (the
+ * angle formed as above), the norm's weights w (NULL: no norm); the head's values are read once,
+ * into registers. Bit for bit norm_rope_head's results: the same operations in the same order
+ * (the sum of squares lane by lane over i = lane, lane + 32, .., then across the warp). The rotated
+ * values go to dst (f32) and / or to cache and cache2 (C); any may be NULL. */
+template <typename C, int HD>
+__device__ __forceinline__ void norm_rope_head_cs(const float *src, float *dst, C *cache,
+                                                  C *cache2, const float *w, const float2 *cs,
+                                                  float eps, float scale) {
+    static_assert(HD % 64 == 0, "pairs of 32 lanes");
+    constexpr int N = HD / 32, half = HD / 2;
+    const int lane = threadIdx.x & 31;
+    float v[N];
+#pragma unroll
+    for (int k = 0; k < N; k++)
+        v[k] = src[lane + 32 * k];
+    float r = 1.0f;
+    if (w) {
+        float ss = 0.0f;
+#pragma unroll
+        for (int k = 0; k < N; k++)
+            ss += v[k] * v[k];
+        ss = warp_sum(ss);
+        r = 1.0f / sqrtf(ss / (float)HD + eps);
+    }
+#pragma unroll
+    for (int k = 0; k < N / 2; k++) {
+        const int i = lane + 32 * k;
+        float a = v[k], b = v[k + N / 2];
+        if (w) {
+            a = (a * r) * w[i];
+            b = (b * r) * w[i + half];
+        }
+        const float c = cs[i].x, s = cs[i].y;
+        const float x0 = a * c - b * s, x1 = b * c + a * s;
+        if (dst) {
+            dst[i] = x0;
+            dst[i + half] = x1;
+        }
+        if (cache || cache2) {
+            const C c0 = cache_from_f32<C>(x0, scale), c1 = cache_from_f32<C>(x1, scale);
+            if (cache) cache[i] = c0, cache[i + half] = c1;
+            if (cache2) cache2[i] = c0, cache2[i + half] = c1;
         }
     }
 }
