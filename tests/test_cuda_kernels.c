@@ -1892,7 +1892,8 @@ static void test_sampler_cluster(void **state) {
 
 /* The decode attention's launch order (host code): the lanes by context length, longest first,
  * ties in lane order, against a sort of (2^31 - 1 - length, lane) pairs: ties, contexts of 0 and
- * below, one lane, lengths of one to four bytes. */
+ * below, one lane, lengths of one to four bytes; and that order folded (attention_decode_fold,
+ * the fp8 cache's), odd and even counts. */
 static int cmp_u64(const void *a, const void *b) {
     const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
@@ -1922,6 +1923,14 @@ static void test_decode_order(void **state) {
             if (order[i] != (int32_t)(ref[i] & 0xffffffffu))
                 fail_msg("trial %d (S %d, span %d): order[%d] = %d, expected %d", trial, S, span,
                          i, order[i], (int)(ref[i] & 0xffffffffu));
+        /* folded: the longest, the shortest, the second longest, .. (odd S: the middle last) */
+        attention_decode_fold(order, S, (int32_t *)keys);
+        for (int i = 0; i < S; i++) {
+            const int k = i % 2 ? S - 1 - i / 2 : i / 2;
+            if (order[i] != (int32_t)(ref[k] & 0xffffffffu))
+                fail_msg("trial %d (S %d): folded order[%d] = %d, expected %d", trial, S, i,
+                         order[i], (int)(ref[k] & 0xffffffffu));
+        }
     }
 }
 

@@ -143,7 +143,9 @@ typedef struct {
     int32_t *d_ids, *d_pos, *d_cu_q, *d_ctx, *d_lidx, *d_tables, *d_order;
     int64_t *d_slots;
     int32_t *h_ids, *h_pos, *h_cu_q, *h_ctx, *h_lidx, *h_tables, *h_order;
-    int order_decode; /* the decode blocks launched longest context first (CVLLM_CUDA_DEC_ORDER) */
+    int order_decode; /* the decode blocks' launch order: 0 batch order, 1 longest context
+                       * first, 2 that order folded, -1 the cache type's (CVLLM_CUDA_DEC_ORDER;
+                       * stage_order) */
     int silu_pair;    /* one-token steps: the gate/up GEMV applies SiLU (fusion "silu"; only
                        * where gemv.cu takes the shapes and its grid is one wave:
                        * gemv_silu_pair_one_wave; set by alloc_workspace) */
@@ -464,7 +466,10 @@ static unsigned skip_classes(void) {
 
 /* The activation workspace, the step inputs and the sampler's buffers (device and pinned). */
 static int alloc_workspace(CudaBackend *c) {
-    c->order_decode = cuda_env_flag("CVLLM_CUDA_DEC_ORDER", 1);
+    {
+        const char *e = getenv("CVLLM_CUDA_DEC_ORDER");
+        c->order_decode = !e || !*e ? -1 : atoi(e) >= 0 && atoi(e) <= 2 ? atoi(e) : 1;
+    }
     c->order_keys = xmalloc((size_t)c->Smax * sizeof *c->order_keys);
     const size_t T = (size_t)c->Tmax, S = (size_t)c->Smax, es = dtype_size(c->adt);
     /* decode attention partitions: S * parts stays below S + 4 * SMs (attention_decode_num_parts
@@ -1087,10 +1092,29 @@ void attention_decode_order(const int32_t *ctx, int S, uint64_t *scratch, int32_
     if (src != order) memcpy(order, src, (size_t)S * sizeof *order);
 }
 
-/* The decode attention's launch order of the S staged lanes (h_order; copy_inputs sends it). */
+void attention_decode_fold(int32_t *order, int S, int32_t *scratch) {
+    for (int i = 0; i < S; i++)
+        scratch[i] = order[i % 2 ? S - 1 - i / 2 : i / 2];
+    memcpy(order, scratch, (size_t)S * sizeof *order);
+}
+
+/* The decode attention's launch order of the S staged lanes (h_order; copy_inputs sends it):
+ * longest context first, so that the blocks that start last are short; for an fp8 cache that
+ * order folded (longest, shortest, second longest, ..). Longest first, a wave of blocks (4 an SM)
+ * is contexts of about one length, which start, end and start the next wave together, each block
+ * then in its fixed phases (setup, prologue, first tiles; merge) at once (the probe of round 19:
+ * 22-80 of 528 blocks in their loop between waves); folded, the short ones end early and their
+ * places refill while the long ones stream. H200, 2026-11-26 (docs/BENCHMARKS.md round 20), fp8
+ * default workload, output tok/s: folded 36,775 / 36,751 against 35,694 / 35,881 longest first
+ * (+2.7%); two or three parts interleaved +0.9-1.4%; batch order +1.0%; shortest first -2%. The
+ * 16-bit caches' kernel (3 blocks an SM, a block's fixed phases a smaller share of its time) was
+ * not faster folded (bf16 default 26,156 / 26,268 against 26,532 / 26,340), so it keeps longest
+ * first. */
 static int stage_order(CudaBackend *c, int S) {
     if (!c->order_decode) return 0;
     attention_decode_order(c->h_ctx, S, c->order_keys, c->h_order);
+    const int fold = c->order_decode < 0 ? c->kvdt == DTYPE_FP8_E4M3 : c->order_decode == 2;
+    if (fold) attention_decode_fold(c->h_order, S, (int32_t *)c->order_keys);
     return 1;
 }
 

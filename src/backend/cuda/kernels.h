@@ -199,6 +199,10 @@ void attention_decode_set_lazy(int on);
  * blocks to start, are the shortest (a long context starting late was a step's tail); a context
  * of 0 or less counts as 0. scratch: S 64-bit words. */
 void attention_decode_order(const int32_t *ctx, int S, uint64_t *scratch, int32_t *order);
+/* An order of S lanes folded, in place: order[0], order[S - 1], order[1], order[S - 2], .. (of a
+ * longest-first order: the longest, the shortest, the second longest, ..; the backend's order for
+ * an fp8 cache, whose blocks of a wave then end at different times). scratch: S words. */
+void attention_decode_fold(int32_t *order, int S, int32_t *scratch);
 
 /* Prefill (varlen, causal, cached prefix read through the block table): flash-attention style,
  * a block per (32-query tile, query head, sequence), keys in 32-key shared-memory tiles with an
