@@ -1105,11 +1105,11 @@ void attention_decode_fold(int32_t *order, int S, int32_t *scratch) {
  * then in its fixed phases (setup, prologue, first tiles; merge) at once (the probe of round 19:
  * 22-80 of 528 blocks in their loop between waves); folded, the short ones end early and their
  * places refill while the long ones stream. H200, 2026-11-26 (docs/BENCHMARKS.md round 20), fp8
- * default workload, output tok/s: folded 36,775 / 36,751 against 35,694 / 35,881 longest first
- * (+2.7%); two or three parts interleaved +0.9-1.4%; batch order +1.0%; shortest first -2%. The
- * 16-bit caches' kernel (3 blocks an SM, a block's fixed phases a smaller share of its time) was
- * not faster folded (bf16 default 26,156 / 26,268 against 26,532 / 26,340), so it keeps longest
- * first. */
+ * default workload, output tok/s: folded 37,072 / 37,022 / 36,959 against 35,930 / 36,308 /
+ * 36,331 longest first (+2.3%); qwen3-8b 10,951 against 10,811; two to eight parts interleaved
+ * +0.9-1.4%, batch order +1.0%, shortest first -2%. The 16-bit caches' kernel (3 blocks an SM, a
+ * block's fixed phases a smaller share of its time) is slower folded (bf16 default 26,171 /
+ * 26,347 / 26,364 against 26,507 / 26,520 / 26,546), so it keeps longest first. */
 static int stage_order(CudaBackend *c, int S) {
     if (!c->order_decode) return 0;
     attention_decode_order(c->h_ctx, S, c->order_keys, c->h_order);
