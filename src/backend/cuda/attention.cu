@@ -1415,8 +1415,7 @@ __device__ __forceinline__ void dtc_softmax_step(float (&sc)[4], int jb, int ce,
  * the group of query heads from h0, its keys j0 .. j1 - 1 of ctx, the token t whose query it reads
  * (< 0: a padding lane) and the sequence's block-table row; fused: with FUSE, whether it runs the
  * prologue (dtc_prologue: sm_q gets the block's normed and rotated query heads, and the block
- * holding the sequence's last key stores it; ASYNC: the copy engine reads the cache, so the
- * kernel patches that key into its stage instead of reading it back). */
+ * holding the sequence's last key stores it). */
 struct DtcBlock {
     int part, s, group, kvh, h0, ctx, j0, j1, t;
     bool fused;
@@ -1507,11 +1506,11 @@ __device__ __noinline__ void dtc_qk_prologue(const float *row, int64_t slot, flo
 }
 /* With FUSE, where b.fused: the block's query heads into sm_q and, where its partition holds the
  * sequence's last key (slot >= 0, from dtc_pre_load), that key and value stored; every thread
- * waits. The tables of dtc_pre_store are read after a barrier. Without ASYNC the kernel reads the
- * stored row from the cache after the final barrier; with it (the copy engine reads the cache,
- * an async proxy that this store is not ordered with) the kernel patches the row into its stage
- * instead (dtc_patch_last), so no proxy fence waits for the store here. */
-template <typename KV, int HD, bool FUSE, bool ASYNC>
+ * waits. The tables of dtc_pre_store are read after a barrier. A kernel that reads the cache by
+ * its threads' loads (cp.async included) reads the stored row after the final barrier; one whose
+ * copy engine reads it (an async proxy that this store is not ordered with) patches the row into
+ * its stage instead (dtc_patch_last), so no proxy fence waits for the store here. */
+template <typename KV, int HD, bool FUSE>
 __device__ __forceinline__ void dtc_prologue(const AttentionParams &p, const DtcBlock &b,
                                              float (*sm_q)[HD], DtcRope<KV, HD> &r,
                                              int64_t slot) {
@@ -1544,6 +1543,19 @@ __device__ __forceinline__ void dtc_prologue(const AttentionParams &p, const Dtc
  * sequence's context is its last key, stored by this kernel's own prologue after the wait (with
  * FUSE; without it, by the kernel ahead, so a kernel without FUSE reads nothing before the wait). */
 __device__ __forceinline__ bool dtc_early(const DtcBlock &b) { return b.j0 < b.j1; }
+/* The key the prologue stored (DtcRope.row) written into row r of a copy-engine stage that holds
+ * K and, hb bytes on, V, each in dtma_at's layout (the fp8 kernel's one 128-byte box is the
+ * same), by lanes 0 .. 2 CH - 1 (CH: a row's 16-byte chunks). The warp fences and syncs after. */
+template <typename KV, int HD>
+__device__ __forceinline__ void dtc_patch_last(char *stage, int hb, int r,
+                                               const DtcRope<KV, HD> &rope) {
+    constexpr int CH = HD * (int)sizeof(KV) / 16;
+    const int lane = threadIdx.x & 31;
+    if (lane < 2 * CH) {
+        const int kv = lane / CH, c = lane % CH;
+        *(uint4 *)(stage + kv * hb + dtma_at(r, c)) = ((const uint4 *)rope.row[kv])[c];
+    }
+}
 /* Q^T's B fragments (column g: head h0 + g, zeros past the group), q times qscale rounded to
  * M: k-step ks takes dims dim(ks, e), e = 0, 1 in qa0 and e = 2, 3 in qa2 (the order in which
  * the kernel's K fragments hold the dims). q: sm_q's rows with FUSE, else token t's heads. */
@@ -1738,7 +1750,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
         if (dtc_early(B)) start_chunk(), started = true;
     dtc_pre_store<KV, HD, FUSE>(pre, B, sm_rope);
     if constexpr (PRE) pdl_wait(), pdl_trigger();
-    dtc_prologue<KV, HD, FUSE, TM>(p, B, (float(*)[HD])sm_q, sm_rope, pre.slot);
+    dtc_prologue<KV, HD, FUSE>(p, B, (float(*)[HD])sm_q, sm_rope, pre.slot);
     /* TM: the key the prologue stored (its row in the cache is not ordered with the copy engine's
      * reads), where this block holds it */
     const int last = TM && pre.slot >= 0 ? B.ctx - 1 : -1;
@@ -1777,11 +1789,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                         for (int r = ce - jb + (lane >> 3); r < 16; r += 4)
                             *(uint4 *)(sw + 16 * RB + r * RB + (lane & 7) * 16) =
                                 make_uint4(0u, 0u, 0u, 0u);
-                        if (patch && lane < 2 * CPR) { /* dtc_patch_last: K's chunks, V's */
-                            const int r = last - jb, kv = lane / CPR, c = lane % CPR;
-                            *(uint4 *)(sw + kv * 16 * RB + r * RB + (c ^ (r & 7)) * 16) =
-                                ((const uint4 *)sm_rope.row[kv])[c];
-                        }
+                        if (patch) dtc_patch_last<KV, HD>(sw, 16 * RB, last - jb, sm_rope);
                         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
                         __syncwarp();
                     }
@@ -1961,7 +1969,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     if (dtc_early(B)) start_chunk(), started = true;
     dtc_pre_store<KV, HD, FUSE>(pre, B, sm_rope);
     if constexpr (FUSE) pdl_wait(), pdl_trigger();
-    dtc_prologue<KV, HD, FUSE, true>(p, B, (float(*)[HD])sm_q, sm_rope, pre.slot);
+    dtc_prologue<KV, HD, FUSE>(p, B, (float(*)[HD])sm_q, sm_rope, pre.slot);
     /* the key the prologue stored, where this block holds it (dtc_patch_last) */
     const int last = pre.slot >= 0 ? B.ctx - 1 : -1;
     /* Q's fragments: step ks, dims 16 ks + 2 t4 + 0..1 (qa0) and + 8 (qa2), as ldmatrix gives K */
@@ -1994,12 +2002,9 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
                                                            r * DTMA_ROWB + (i & 7) * 16) =
                             make_uint4(0u, 0u, 0u, 0u);
                 }
-                /* dtc_patch_last: the stored key's K and V chunks (HD / 8 each) from DtcRope.row */
-                if (patch && lane < 2 * (HD / 8)) {
-                    const int kv = lane / (HD / 8), c = lane % (HD / 8);
-                    *(uint4 *)__cvta_shared_to_generic(st + kv * HB + dtma_at(last - jb, c)) =
-                        ((const uint4 *)sm_rope.row[kv])[c];
-                }
+                if (patch)
+                    dtc_patch_last<KV, HD>((char *)__cvta_shared_to_generic(st), HB, last - jb,
+                                           sm_rope);
                 /* ordinary stores that ldmatrix reads next, and that a copy overwrites later */
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
                 __syncwarp();
