@@ -32,9 +32,8 @@ for K, E in ((K1, K2), (K2, '/* CVLLM_CUDA_DEC_TMA:')):
     i = body.index('{\n') + 2
     body = body[:i] + '    PROBE(0);\n' + body[i:].replace('pdl_wait()', 'pdl_wait(), PROBE(1)')
     s = s[:a] + body + s[b:]
-once('    dtc_prologue<KV, HD, FUSE, TM>', '    PROBE(2);\n    dtc_prologue<KV, HD, FUSE, TM>', K1)
-once('    dtc_prologue<KV, HD, FUSE, true>',
-     '    PROBE(2);\n    dtc_prologue<KV, HD, FUSE, true>', K2)
+once('    dtc_prologue<KV, HD, FUSE>', '    PROBE(2);\n    dtc_prologue<KV, HD, FUSE>', K1)
+once('    dtc_prologue<KV, HD, FUSE>', '    PROBE(2);\n    dtc_prologue<KV, HD, FUSE>', K2)
 # 7, 8 around the fused prologue's last barrier (dtc_prologue, shared by both kernels)
 once('        }\n        __syncthreads();\n    }\n}',
      '        }\n        PROBE(7);\n        __syncthreads();\n        PROBE(8);\n    }\n}',
