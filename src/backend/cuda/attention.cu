@@ -1753,7 +1753,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     dtc_prologue<KV, HD, FUSE>(p, B, (float(*)[HD])sm_q, sm_rope, pre.slot);
     /* TM: the key the prologue stored (its row in the cache is not ordered with the copy engine's
      * reads), where this block holds it */
-    const int last = TM && pre.slot >= 0 ? B.ctx - 1 : -1;
+    [[maybe_unused]] const int last = TM && pre.slot >= 0 ? B.ctx - 1 : -1; /* TM only */
     const float qscale = p.scale * 1.44269504088896341f * (F8 ? p.k_scale : 1.0f);
     /* Q's fragments: step ks, dims KDIMS * t4 + 4 ks + 0..3 (a thread's K run) */
     uint32_t qa0[KSTEPS], qa2[KSTEPS];

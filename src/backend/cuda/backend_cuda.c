@@ -468,7 +468,8 @@ static unsigned skip_classes(void) {
 static int alloc_workspace(CudaBackend *c) {
     {
         const char *e = getenv("CVLLM_CUDA_DEC_ORDER");
-        c->order_decode = !e || !*e ? -1 : atoi(e) >= 0 && atoi(e) <= 2 ? atoi(e) : 1;
+        const int v = e && *e ? atoi(e) : -1;
+        c->order_decode = !e || !*e ? -1 : v >= 0 && v <= 2 ? v : 1;
     }
     c->order_keys = xmalloc((size_t)c->Smax * sizeof *c->order_keys);
     const size_t T = (size_t)c->Tmax, S = (size_t)c->Smax, es = dtype_size(c->adt);
