@@ -1135,6 +1135,36 @@ static void prefill_cases(void) {
                       .qlen = {bs, 2, bs + 3}};
         run_attention_case(&c);
     }
+    /* query tiles past the first 128 rows, a last tile of a few rows, over a cached prefix and
+     * not, both caches (the two m-tiles of a warp each meet a tile's causal edge) */
+    for (int f8 = 0; f8 < 2; f8++) {
+        AttnCase c = {.n_heads = 16,
+                      .n_kv_heads = 8,
+                      .hd = 128,
+                      .block_size = 16,
+                      .kvdt = f8 ? DTYPE_FP8_E4M3 : DTYPE_BF16,
+                      .adt = f8 ? DTYPE_BF16 : DTYPE_F16,
+                      .num_seqs = 3,
+                      .ctx = {131, 400, 259},
+                      .qlen = {131, 333, 200}};
+        run_attention_case(&c);
+    }
+    /* keys scaled up along the context (AttnCase.ramp): a row's max passes its running max by
+     * more than the lazy threshold again and again, so the accumulators' rescaling is exercised
+     * (random keys alone move the max by a few log2 units, past the first tile never that far) */
+    for (int f8 = 0; f8 < 2; f8++) {
+        AttnCase c = {.n_heads = 16,
+                      .n_kv_heads = 8,
+                      .hd = 128,
+                      .block_size = 16,
+                      .kvdt = f8 ? DTYPE_FP8_E4M3 : DTYPE_BF16,
+                      .adt = DTYPE_BF16,
+                      .num_seqs = 2,
+                      .ctx = {700, 300},
+                      .qlen = {700, 150},
+                      .ramp = 6.0f};
+        run_attention_case(&c);
+    }
     /* a context past 8k: a chunk of 300 new tokens over a cached prefix of 8000 */
     if (small_run()) return;
     AttnCase big = {.n_heads = 16,
@@ -1154,15 +1184,21 @@ static void prefill_cases(void) {
 /* Every case as the launcher chooses (blocks of one query head, or over an fp8 cache of two of a
  * GQA group where the grid of pairs is large enough), then with pairs wherever the group's size
  * is even (CVLLM_CUDA_PREFILL_HB2=2: the small grids and 16-bit caches here would otherwise not
- * take them). */
+ * take them), with two m-tiles a warp over any cache (CVLLM_CUDA_PREFILL_MT=2: blocks of 128
+ * queries; the launcher's choice over 16-bit caches), and with one m-tile a warp (=1). */
 static void test_attention_prefill(void **state) {
     (void)state;
-    for (int mode = 1; mode <= 2; mode++) {
-        printf("  prefill blocks: %s\n", mode == 1 ? "the launcher's choice" : "query-head pairs");
-        setenv("CVLLM_CUDA_PREFILL_HB2", mode == 1 ? "1" : "2", 1);
+    static const char *names[] = {"", "the launcher's choice", "query-head pairs",
+                                  "two m-tiles a warp, any cache", "one m-tile a warp"};
+    static const char *mt[] = {"", "", "1", "2", "1"};
+    for (int mode = 1; mode <= 4; mode++) {
+        printf("  prefill blocks: %s\n", names[mode]);
+        setenv("CVLLM_CUDA_PREFILL_HB2", mode == 2 ? "2" : "1", 1);
+        setenv("CVLLM_CUDA_PREFILL_MT", mt[mode], 1);
         prefill_cases();
     }
     unsetenv("CVLLM_CUDA_PREFILL_HB2");
+    unsetenv("CVLLM_CUDA_PREFILL_MT");
 }
 
 static void test_attention_decode(void **state) {

@@ -887,17 +887,25 @@ template <typename C> __device__ __forceinline__ uint4 fp8x8_to(uint2 raw, float
 
 /* C: the 16-bit type of the products (the cache's, or the model's for an fp8 cache); KV: the
  * cache's element type (C, or __nv_fp8_e4m3); HB: the query heads of a block (1, or 2 of one GQA
- * group: 8 warps, each K/V tile copied once for both heads) */
-template <typename C, typename KV, int HD, int HB>
-__global__ void __launch_bounds__(128 * HB) attention_prefill_tc_kernel(AttentionParams p) {
+ * group: 8 warps, each K/V tile copied once for both heads; one head over a 16-bit cache: 3 blocks an
+ * SM, 168 registers); MT: the 16-row m-tiles a warp takes
+ * (1, or 2 with HB = 1: a block of 128 queries, each K fragment and V fragment read from shared
+ * memory once for both m-tiles, two independent chains of products a warp; Q stays in a shared
+ * tile of its own, its fragments read by ldmatrix at each k-step instead of held in registers) */
+template <typename C, typename KV, int HD, int HB, int MT>
+__global__ void __launch_bounds__(128 * HB, HB == 1 && MT == 1 && !IsFp8<KV>::value ? 3 : 1)
+    attention_prefill_tc_kernel(AttentionParams p) {
     constexpr int LD = HD + 8;       /* row stride in elements: 16-byte rows, conflict-free reads */
     constexpr int KD = HD / 16;      /* k-steps of Q K^T */
     constexpr int ND = HD / 8;       /* n-tiles of O */
-    constexpr int NK = TC_BK / 8;    /* n-tiles of S */
+    constexpr int KS = MT > 1 ? 32 : TC_BK; /* keys of a sub-tile (below) */
+    constexpr int NS = KS / 8;              /* n-tiles of a sub-tile's S */
     constexpr int CH = HD / 8;       /* 16-byte chunks per row */
     constexpr int TILE = TC_BK * LD; /* elements of one K or V tile */
     constexpr int NT = 128 * HB;     /* threads */
+    constexpr int BQ = TC_BQ * MT;   /* queries of a head a block takes */
     static_assert(HB == 1 || HB == 2, "the Q tiles go through stage 1's two tiles");
+    static_assert(MT == 1 || (MT == 2 && HB == 1), "two m-tiles a warp: one head a block");
     extern __shared__ __align__(16) unsigned char tc_smem[];
     C *const sbase = (C *)tc_smem; /* stage st: K at sbase + st * 2 * TILE, V after it */
     /* the warp's query head (h) and its rows of the head's tile (r0); kvh, the block's kv head,
@@ -905,23 +913,24 @@ __global__ void __launch_bounds__(128 * HB) attention_prefill_tc_kernel(Attentio
     const int s = blockIdx.z, warp = threadIdx.x >> 5, hw = HB > 1 ? warp / 4 : 0;
     const int h = blockIdx.y * HB + hw;
     const int q0 = p.cu_seqlens_q[s], qlen = p.cu_seqlens_q[s + 1] - q0;
-    const int ntiles = (qlen + TC_BQ - 1) / TC_BQ;
+    const int ntiles = (qlen + BQ - 1) / BQ;
     if ((int)blockIdx.x >= ntiles) return;
-    const int tile0 = (ntiles - 1 - (int)blockIdx.x) * TC_BQ; /* the longest tile first */
+    const int tile0 = (ntiles - 1 - (int)blockIdx.x) * BQ; /* the longest tile first */
     const int ctx = p.context_lens[s], kvh = blockIdx.y * HB / (p.n_heads / p.n_kv_heads);
-    const int rows = min(TC_BQ, qlen - tile0);
+    const int rows = min(BQ, qlen - tile0);
     const int64_t kv_stride = (int64_t)p.n_kv_heads * HD;
     const int32_t *table = p.block_tables + (int64_t)s * p.max_blocks_per_seq;
     const KV *kc = (const KV *)p.k_cache, *vc = (const KV *)p.v_cache;
     const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     const int base = ctx - qlen + tile0; /* position of the tile's row 0: it sees keys 0..base */
     const int kmax = base + rows;        /* keys the tile needs */
-    const int r0 = (HB > 1 ? warp % 4 : warp) * 16;
+    const int r0 = (HB > 1 ? warp % 4 : warp) * 16 * MT;
 
     /* the Q tiles of the block's heads (f32 -> C), one after the other, through stage 1's
-     * buffers (TC_BQ rows each: one tile's room), then into registers */
-    C *const Qs = sbase + 2 * TILE;
-    for (int i = threadIdx.x; i < HB * TC_BQ * (HD / 4); i += blockDim.x) {
+     * buffers (TC_BQ rows each: one tile's room), then into registers; MT = 2: into the Q tile
+     * after the stages, where they stay */
+    C *const Qs = sbase + (MT > 1 ? 4 : 2) * TILE;
+    for (int i = threadIdx.x; i < HB * BQ * (HD / 4); i += blockDim.x) {
         const int hr = i / (HD / 4), hh = HB > 1 ? hr / TC_BQ : 0, r = hr - hh * TC_BQ;
         const int d = (i % (HD / 4)) * 4;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -934,29 +943,46 @@ __global__ void __launch_bounds__(128 * HB) attention_prefill_tc_kernel(Attentio
         *(uint2 *)&Qs[hr * LD + d] = u;
     }
     __syncthreads();
-    uint32_t qf[KD][4];
+    uint32_t qf[MT > 1 ? 1 : KD][4];
+    if constexpr (MT == 1) {
 #pragma unroll
-    for (int kk = 0; kk < KD; kk++) {
-        const C *a = &Qs[(hw * TC_BQ + r0 + g) * LD + kk * 16 + 2 * t4];
-        qf[kk][0] = *(const uint32_t *)a;
-        qf[kk][1] = *(const uint32_t *)(a + 8 * LD);
-        qf[kk][2] = *(const uint32_t *)(a + 8);
-        qf[kk][3] = *(const uint32_t *)(a + 8 * LD + 8);
+        for (int kk = 0; kk < KD; kk++) {
+            const C *a = &Qs[(hw * TC_BQ + r0 + g) * LD + kk * 16 + 2 * t4];
+            qf[kk][0] = *(const uint32_t *)a;
+            qf[kk][1] = *(const uint32_t *)(a + 8 * LD);
+            qf[kk][2] = *(const uint32_t *)(a + 8);
+            qf[kk][3] = *(const uint32_t *)(a + 8 * LD + 8);
+        }
     }
-    float o[ND][4];
+    /* MT = 2: lane L's row of the ldmatrix x4 that reads m-tile mt's A fragment at k-step kk
+     * (matrices: rows 0-7 / 8-15 at columns 0-7, then at 8-15) */
+    const uint32_t qa = smem_addr(&Qs[(r0 + (lane & 15)) * LD + (lane >> 4) * 8]);
+    (void)qa;
+    float o[MT][ND][4];
 #pragma unroll
-    for (int d = 0; d < ND; d++)
-        o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int d = 0; d < ND; d++)
+            o[mt][d][0] = o[mt][d][1] = o[mt][d][2] = o[mt][d][3] = 0.0f;
+    float m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+        m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
     const float sl2 = p.scale * 1.4426950408889634f; /* scores in log2 units */
-    const int pos0 = base + r0 + g, pos1 = pos0 + 8;
-    const int warp_last = base + r0 + 15; /* the warp's last row position */
+    const int warp_last = base + r0 + 16 * MT - 1;    /* the warp's last row position */
 
     /* key tiles through two shared-memory stages: tile i + 1's copies are in flight while tile i
      * is computed on (keys past kmax zero-filled). A 16-bit cache: cp.async. An fp8 cache: a
      * thread's loads of tile i + 1 into registers (kr, vr: 8 of K and 8 of V at head_dim 128) are
      * issued before tile i is computed on, and converted into their stage at the top of the next
      * iteration, before its barrier (that stage's tile, i - 1, was done with at this one's) */
+    /* the cache row (slot) of key: the block size a power of two (every size the engine allows)
+     * by a shift and a mask, else by a division (a uniform branch) */
+    const int bsz = p.block_size, bsh = (bsz & (bsz - 1)) == 0 ? __ffs(bsz) - 1 : -1;
+    auto slot_of = [&](int key) -> int64_t {
+        const int blk = bsh >= 0 ? key >> bsh : key / bsz;
+        return (int64_t)table[blk] * bsz + (key - blk * bsz);
+    };
     constexpr int PER = IsFp8<KV>::value ? TC_BK * CH / NT : 1;
     uint2 kr[PER], vr[PER];
     (void)kr, (void)vr;
@@ -966,9 +992,7 @@ __global__ void __launch_bounds__(128 * HB) attention_prefill_tc_kernel(Attentio
             const int i = threadIdx.x + u * NT, j = i / CH, c8 = (i % CH) * 8, key = kt + j;
             kr[u] = vr[u] = make_uint2(0, 0);
             if (key < kmax) {
-                const int64_t slot =
-                    (int64_t)table[key / p.block_size] * p.block_size + key % p.block_size;
-                const int64_t off = slot * kv_stride + (int64_t)kvh * HD + c8;
+                const int64_t off = slot_of(key) * kv_stride + (int64_t)kvh * HD + c8;
                 kr[u] = *(const uint2 *)(kc + off);
                 vr[u] = *(const uint2 *)(vc + off);
             }
@@ -989,11 +1013,7 @@ __global__ void __launch_bounds__(128 * HB) attention_prefill_tc_kernel(Attentio
             const int j = i / CH, c8 = (i % CH) * 8, key = kt + j;
             int64_t off = 0;
             const int sz = key < kmax ? 16 : 0;
-            if (sz) {
-                const int64_t slot =
-                    (int64_t)table[key / p.block_size] * p.block_size + key % p.block_size;
-                off = slot * kv_stride + (int64_t)kvh * HD + c8;
-            }
+            if (sz) off = slot_of(key) * kv_stride + (int64_t)kvh * HD + c8;
             const uint32_t ks = (uint32_t)__cvta_generic_to_shared(&K[j * LD + c8]);
             const uint32_t vs = (uint32_t)__cvta_generic_to_shared(&V[j * LD + c8]);
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ks),
@@ -1025,104 +1045,155 @@ __global__ void __launch_bounds__(128 * HB) attention_prefill_tc_kernel(Attentio
         }
         if (kt > warp_last) continue; /* every key past every row of this warp (warp-uniform) */
         const C *Ks = sbase + st * 2 * TILE, *Vs = Ks + TILE;
-        float sc[NK][4];
+        /* the tile in sub-tiles of KS keys: S, its softmax and P V of one before the next (KS = 32
+         * with two m-tiles a warp, so that their scores fit the registers beside O) */
 #pragma unroll
-        for (int n = 0; n < NK; n++)
-            sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+        for (int ks = 0; ks < TC_BK; ks += KS) {
+            if (kt + ks > warp_last) break; /* warp-uniform */
+            float sc[MT][NS][4];
 #pragma unroll
-        for (int kk = 0; kk < KD; kk++)
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int n = 0; n < NK; n++) {
-                const C *b = &Ks[(n * 8 + g) * LD + kk * 16 + 2 * t4];
-                mma16816<C>(sc[n], qf[kk], *(const uint32_t *)b, *(const uint32_t *)(b + 8));
+                for (int n = 0; n < NS; n++)
+                    sc[mt][n][0] = sc[mt][n][1] = sc[mt][n][2] = sc[mt][n][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < KD; kk++) {
+                uint32_t af[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    if constexpr (MT == 1) {
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            af[mt][e] = qf[kk][e];
+                    } else {
+                        /* no memory clobber (as mma.cuh's ldsm_x4 has): Q is not written again */
+                        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                                     : "=r"(af[mt][0]), "=r"(af[mt][1]), "=r"(af[mt][2]),
+                                       "=r"(af[mt][3])
+                                     : "r"(qa + (uint32_t)((mt * 16 * LD + kk * 16) * sizeof(C))));
+                    }
+                }
+#pragma unroll
+                for (int n = 0; n < NS; n++) {
+                    const C *b = &Ks[(ks + n * 8 + g) * LD + kk * 16 + 2 * t4];
+                    const uint32_t b0 = *(const uint32_t *)b, b1 = *(const uint32_t *)(b + 8);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++)
+                        mma16816<C>(sc[mt][n], af[mt], b0, b1);
+                }
             }
-        const bool need_mask = kt + TC_BK - 1 > base + r0;
-        float mx0 = m[0], mx1 = m[1];
+            uint32_t pf[MT][KS / 16][4];
 #pragma unroll
-        for (int n = 0; n < NK; n++)
+            for (int mt = 0; mt < MT; mt++) {
+                const int pos0 = base + r0 + mt * 16 + g, pos1 = pos0 + 8;
+                if (kt + ks + KS - 1 > base + r0 + mt * 16) { /* the causal edge (warp-uniform) */
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = kt + n * 8 + 2 * t4 + (e & 1);
-                float v = sc[n][e] * sl2;
-                if (need_mask && key > (e < 2 ? pos0 : pos1)) v = -INFINITY;
-                sc[n][e] = v;
-                if (e < 2)
-                    mx0 = fmaxf(mx0, v);
-                else
-                    mx1 = fmaxf(mx1, v);
+                    for (int n = 0; n < NS; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            if (kt + ks + n * 8 + 2 * t4 + (e & 1) > (e < 2 ? pos0 : pos1))
+                                sc[mt][n][e] = -INFINITY;
+                }
+                float mx0 = -INFINITY, mx1 = -INFINITY; /* the raw scores' max */
+#pragma unroll
+                for (int n = 0; n < NS; n++) {
+                    mx0 = fmaxf(mx0, fmaxf(sc[mt][n][0], sc[mt][n][1]));
+                    mx1 = fmaxf(mx1, fmaxf(sc[mt][n][2], sc[mt][n][3]));
+                }
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+                /* the running max (log2 units) moves only where the tile's passes it by more
+                 * than DTC_LAZY (the decode kernels' lazy rule): weights up to 2^DTC_LAZY, and
+                 * most tiles rescale nothing. Key 0 is visible to every row, so the max is
+                 * finite from the first tile on. */
+                const float o0 = m[mt][0], o1 = m[mt][1];
+                if (mx0 * sl2 > o0 + DTC_LAZY) m[mt][0] = mx0 * sl2;
+                if (mx1 * sl2 > o1 + DTC_LAZY) m[mt][1] = mx1 * sl2;
+                const float c0 = o0 == -INFINITY ? 0.0f : fast_exp2(o0 - m[mt][0]);
+                const float c1 = o1 == -INFINITY ? 0.0f : fast_exp2(o1 - m[mt][1]);
+                const float ms0 = m[mt][0] == -INFINITY ? 0.0f : m[mt][0];
+                const float ms1 = m[mt][1] == -INFINITY ? 0.0f : m[mt][1];
+                float rs0 = 0.0f, rs1 = 0.0f;
+#pragma unroll
+                for (int n = 0; n < NS; n++) {
+                    const float p0 = fast_exp2(fmaf(sc[mt][n][0], sl2, -ms0));
+                    const float p1 = fast_exp2(fmaf(sc[mt][n][1], sl2, -ms0));
+                    const float p2 = fast_exp2(fmaf(sc[mt][n][2], sl2, -ms1));
+                    const float p3 = fast_exp2(fmaf(sc[mt][n][3], sl2, -ms1));
+                    rs0 += p0 + p1;
+                    rs1 += p2 + p3;
+                    /* row g, keys 2t, 2t+1 (+8 if n is odd); then row g + 8 */
+                    pf[mt][n / 2][(n & 1) * 2 + 0] = pack2<C>(p0, p1);
+                    pf[mt][n / 2][(n & 1) * 2 + 1] = pack2<C>(p2, p3);
+                }
+                /* a quarter of the row's sum: reduced over the quad at the end */
+                l[mt][0] = l[mt][0] * c0 + rs0;
+                l[mt][1] = l[mt][1] * c1 + rs1;
+                if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
+#pragma unroll
+                    for (int d = 0; d < ND; d++) {
+                        o[mt][d][0] *= c0, o[mt][d][1] *= c0;
+                        o[mt][d][2] *= c1, o[mt][d][3] *= c1;
+                    }
+                }
             }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        /* key 0 is visible to every row, so the max is finite from the first tile on */
-        const float c0 = mx0 == -INFINITY ? 0.0f : fast_exp2(m[0] - mx0);
-        const float c1 = mx1 == -INFINITY ? 0.0f : fast_exp2(m[1] - mx1);
-        m[0] = mx0, m[1] = mx1;
-        const float ms0 = mx0 == -INFINITY ? 0.0f : mx0, ms1 = mx1 == -INFINITY ? 0.0f : mx1;
-        uint32_t pf[TC_BK / 16][4];
-        float rs0 = 0.0f, rs1 = 0.0f;
 #pragma unroll
-        for (int n = 0; n < NK; n++) {
-            const float p0 = fast_exp2(sc[n][0] - ms0), p1 = fast_exp2(sc[n][1] - ms0);
-            const float p2 = fast_exp2(sc[n][2] - ms1), p3 = fast_exp2(sc[n][3] - ms1);
-            rs0 += p0 + p1;
-            rs1 += p2 + p3;
-            pf[n / 2][(n & 1) * 2 + 0] = pack2<C>(p0, p1); /* row g, keys 2t, 2t+1 (+8 if odd) */
-            pf[n / 2][(n & 1) * 2 + 1] = pack2<C>(p2, p3); /* row g + 8 */
+            for (int kc16 = 0; kc16 < KS / 16; kc16++)
+#pragma unroll
+                for (int d = 0; d < ND; d += 2) {
+                    const int key = ks + kc16 * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                    const int col = d * 8 + (lane >> 4) * 8;
+                    const uint32_t addr = (uint32_t)__cvta_generic_to_shared(&Vs[key * LD + col]);
+                    uint32_t b0, b1, b2, b3;
+                    asm volatile(
+                        "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                        : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
+                        : "r"(addr));
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma16816<C>(o[mt][d], pf[mt][kc16], b0, b1);
+                        mma16816<C>(o[mt][d + 1], pf[mt][kc16], b2, b3);
+                    }
+                }
         }
-        l[0] = l[0] * c0 + rs0; /* a quarter of the row's sum: reduced over the quad at the end */
-        l[1] = l[1] * c1 + rs1;
-#pragma unroll
-        for (int d = 0; d < ND; d++) {
-            o[d][0] *= c0, o[d][1] *= c0;
-            o[d][2] *= c1, o[d][3] *= c1;
-        }
-#pragma unroll
-        for (int kc16 = 0; kc16 < TC_BK / 16; kc16++)
-#pragma unroll
-            for (int d = 0; d < ND; d += 2) {
-                const int key = kc16 * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                const int col = d * 8 + (lane >> 4) * 8;
-                const uint32_t addr = (uint32_t)__cvta_generic_to_shared(&Vs[key * LD + col]);
-                uint32_t b0, b1, b2, b3;
-                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                             : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
-                             : "r"(addr));
-                mma16816<C>(o[d], pf[kc16], b0, b1);
-                mma16816<C>(o[d + 1], pf[kc16], b2, b3);
-            }
     }
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-    }
+    for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        const int r = r0 + g + half * 8;
-        if (r >= rows) continue;
-        const float inv = l[half] > 0.0f ? 1.0f / l[half] : 0.0f;
-        const int64_t ob = (int64_t)(q0 + tile0 + r) * p.n_heads * HD + (int64_t)h * HD + 2 * t4;
+        for (int i = 0; i < 2; i++) {
+            l[mt][i] += __shfl_xor_sync(0xffffffffu, l[mt][i], 1);
+            l[mt][i] += __shfl_xor_sync(0xffffffffu, l[mt][i], 2);
+        }
 #pragma unroll
-        for (int d = 0; d < ND; d++) {
-            store_out(p.out, p.adt, ob + d * 8, o[d][half * 2] * inv);
-            store_out(p.out, p.adt, ob + d * 8 + 1, o[d][half * 2 + 1] * inv);
+        for (int half = 0; half < 2; half++) {
+            const int r = r0 + mt * 16 + g + half * 8;
+            if (r >= rows) continue;
+            const float inv = l[mt][half] > 0.0f ? 1.0f / l[mt][half] : 0.0f;
+            const int64_t ob =
+                (int64_t)(q0 + tile0 + r) * p.n_heads * HD + (int64_t)h * HD + 2 * t4;
+#pragma unroll
+            for (int d = 0; d < ND; d++) {
+                store_out(p.out, p.adt, ob + d * 8, o[mt][d][half * 2] * inv);
+                store_out(p.out, p.adt, ob + d * 8 + 1, o[mt][d][half * 2 + 1] * inv);
+            }
         }
     }
 }
 
-template <typename C, typename KV, int HD, int HB>
+template <typename C, typename KV, int HD, int HB, int MT>
 static int launch_prefill_tc_hb(const AttentionParams &p, cudaStream_t stream) {
-    const size_t smem = (size_t)4 * TC_BK * (HD + 8) * sizeof(C); /* 69,632 bytes at 128 */
-    static int attr_set = 0;                                      /* per instantiation */
+    /* two stages of K and V (69,632 bytes at head_dim 128); MT = 2: and the Q tile, 104,448 */
+    const size_t smem = (size_t)(4 * TC_BK + (MT > 1 ? TC_BQ * MT : 0)) * (HD + 8) * sizeof(C);
+    static int attr_set = 0; /* per instantiation */
     if (smem > 48 * 1024 && !attr_set) {
-        CUDA_TRY(cudaFuncSetAttribute(attention_prefill_tc_kernel<C, KV, HD, HB>,
+        CUDA_TRY(cudaFuncSetAttribute(attention_prefill_tc_kernel<C, KV, HD, HB, MT>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         attr_set = 1;
     }
-    dim3 grid((p.max_seqlen_q + TC_BQ - 1) / TC_BQ, p.n_heads / HB, p.num_seqs);
-    attention_prefill_tc_kernel<C, KV, HD, HB><<<grid, 128 * HB, smem, stream>>>(p);
+    dim3 grid((p.max_seqlen_q + TC_BQ * MT - 1) / (TC_BQ * MT), p.n_heads / HB, p.num_seqs);
+    attention_prefill_tc_kernel<C, KV, HD, HB, MT><<<grid, 128 * HB, smem, stream>>>(p);
     return 0;
 }
 
@@ -1146,10 +1217,23 @@ static int prefill_pairs(const AttentionParams &p) {
     return pair_blocks >= cuda_device_sms();
 }
 
+/* Whether a warp takes two m-tiles (blocks of 128 queries of one head): over a 16-bit cache (240
+ * registers, 2 blocks an SM: H200, 2026-11-26, `--num-seqs 64 --input-len 2048 --output-len 1`
+ * 306,700 total tok/s against 301,400 with one m-tile); not over an fp8 cache, whose tile loads
+ * held in registers then spill (276,800 against 289,000 with the pairs).
+ * CVLLM_CUDA_PREFILL_MT=1: never; 2: any cache (the tests' way to reach it over fp8). */
+static int prefill_mt2(const AttentionParams &p) {
+    const char *e = getenv("CVLLM_CUDA_PREFILL_MT");
+    const int mode = e && *e ? atoi(e) : 0;
+    if (mode == 1) return 0;
+    return mode == 2 || p.kvdt != DTYPE_FP8_E4M3;
+}
+
 template <typename C, typename KV, int HD>
 static int launch_prefill_tc(const AttentionParams &p, cudaStream_t stream) {
-    return prefill_pairs(p) ? launch_prefill_tc_hb<C, KV, HD, 2>(p, stream)
-                            : launch_prefill_tc_hb<C, KV, HD, 1>(p, stream);
+    if (prefill_mt2(p)) return launch_prefill_tc_hb<C, KV, HD, 1, 2>(p, stream);
+    return prefill_pairs(p) ? launch_prefill_tc_hb<C, KV, HD, 2, 1>(p, stream)
+                            : launch_prefill_tc_hb<C, KV, HD, 1, 1>(p, stream);
 }
 
 template <typename C, typename KV>
