@@ -843,11 +843,15 @@ static int launch_prefill(const AttentionParams &p, cudaStream_t stream) {
 /* ================================================================== prefill, tensor cores
  *
  * For a bf16 / f16 cache and head_dim 64 or 128 (qwen3, llama, qwen2 sizes): flash-attention 2
- * on mma.sync.m16n8k16 (bf16 / f16 operands, f32 accumulation). A block of 4 warps takes 64
- * queries of one (sequence, query head), or of 8 warps the same 64 queries of two query heads of
- * one GQA group, which read the same K/V tiles (over an fp8 cache: prefill_pairs): each warp 16
- * query rows of its head, whose Q fragments stay in registers (q rounded once to the cache's
- * dtype, as the model's own activations are); key tiles
+ * on mma.sync.m16n8k16 (bf16 / f16 operands, f32 accumulation). A block of 4 warps takes 128
+ * queries of one (sequence, query head), each warp two m-tiles of 16 rows (over a 16-bit cache:
+ * prefill_mt2), or 64 queries, a warp one m-tile, or with 8 warps the same 64 queries of two
+ * query heads of one GQA group, which read the same K/V tiles (over an fp8 cache: prefill_pairs).
+ * Q is rounded once to the cache's dtype (as the model's own activations are); with one m-tile
+ * its fragments stay in registers, with two they are read from shared memory at each k-step (64
+ * fewer registers: the 64 keys of a tile are taken as two sub-tiles of 32, S and its softmax
+ * for one before the next, so that both m-tiles' O fit beside them). The running max moves by
+ * the decode kernels' lazy rule (DTC_LAZY), so most tiles rescale nothing. Key tiles
  * of 64 are copied (cp.async, two stages: the next tile's copies overlap this tile's products)
  * to shared memory from the cache through the block table; S = Q K^T and the
  * online softmax (exp2, scale folded in) stay in registers, P is rounded to the cache's dtype and
@@ -856,9 +860,9 @@ static int launch_prefill(const AttentionParams &p, cudaStream_t stream) {
  * CPU twin to about 1e-2 (bf16) / 2e-3 (f16) of the output's range, the same as the product
  * kernels do; CVLLM_CUDA_ATTN_SIMT=1 forces the SIMT kernel above (to measure the difference).
  * An fp8 cache (KV) is read with plain 8-byte loads, dequantized (times k_scale / v_scale) and
- * rounded to the model's 16-bit type C as it is written to the same shared-memory tiles: the next
- * tile's loads then wait before this tile's products instead of overlapping them (cp.async
- * cannot convert). */
+ * rounded to the model's 16-bit type C as it is written to the same shared-memory tiles (cp.async
+ * cannot convert): tile i + 1's loads into registers are issued before tile i is computed on and
+ * converted into their stage at the next iteration's top. */
 
 #define TC_BQ 64
 #define TC_BK 64
