@@ -891,11 +891,11 @@ template <typename C> __device__ __forceinline__ uint4 fp8x8_to(uint2 raw, float
 
 /* C: the 16-bit type of the products (the cache's, or the model's for an fp8 cache); KV: the
  * cache's element type (C, or __nv_fp8_e4m3); HB: the query heads of a block (1, or 2 of one GQA
- * group: 8 warps, each K/V tile copied once for both heads; one head over a 16-bit cache: 3 blocks an
- * SM, 168 registers); MT: the 16-row m-tiles a warp takes
+ * group: 8 warps, each K/V tile copied once for both heads); MT: the 16-row m-tiles a warp takes
  * (1, or 2 with HB = 1: a block of 128 queries, each K fragment and V fragment read from shared
  * memory once for both m-tiles, two independent chains of products a warp; Q stays in a shared
- * tile of its own, its fragments read by ldmatrix at each k-step instead of held in registers) */
+ * tile of its own, its fragments read by ldmatrix at each k-step instead of held in registers).
+ * One head and one m-tile over a 16-bit cache: at most 168 registers, for 3 blocks an SM. */
 template <typename C, typename KV, int HD, int HB, int MT>
 __global__ void __launch_bounds__(128 * HB, HB == 1 && MT == 1 && !IsFp8<KV>::value ? 3 : 1)
     attention_prefill_tc_kernel(AttentionParams p) {
