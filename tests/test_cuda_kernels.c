@@ -1138,34 +1138,27 @@ static void prefill_cases(void) {
                       .qlen = {bs, 2, bs + 3}};
         run_attention_case(&c);
     }
-    /* query tiles past the first 128 rows, a last tile of a few rows, over a cached prefix and
-     * not, both caches (the two m-tiles of a warp each meet a tile's causal edge) */
-    for (int f8 = 0; f8 < 2; f8++) {
+    /* over a bf16 and an fp8 cache: (ramp 0) query tiles past the first 128 rows, a last tile of a
+     * few rows, over a cached prefix and not (the two m-tiles of a warp each meet a tile's causal
+     * edge); (ramp 1) keys scaled up along the context (AttnCase.ramp): a row's max passes its
+     * running max by more than the lazy threshold again and again, so the accumulators'
+     * rescaling is exercised (random keys alone move the max by a few log2 units, past the first
+     * tile never that far) */
+    for (int v = 0; v < 4; v++) {
+        const int f8 = v & 1, ramp = v >> 1;
         AttnCase c = {.n_heads = 16,
                       .n_kv_heads = 8,
                       .hd = 128,
                       .block_size = 16,
                       .kvdt = f8 ? DTYPE_FP8_E4M3 : DTYPE_BF16,
-                      .adt = f8 ? DTYPE_BF16 : DTYPE_F16,
-                      .num_seqs = 3,
+                      .adt = f8 || ramp ? DTYPE_BF16 : DTYPE_F16,
+                      .num_seqs = ramp ? 2 : 3,
                       .ctx = {131, 400, 259},
                       .qlen = {131, 333, 200}};
-        run_attention_case(&c);
-    }
-    /* keys scaled up along the context (AttnCase.ramp): a row's max passes its running max by
-     * more than the lazy threshold again and again, so the accumulators' rescaling is exercised
-     * (random keys alone move the max by a few log2 units, past the first tile never that far) */
-    for (int f8 = 0; f8 < 2; f8++) {
-        AttnCase c = {.n_heads = 16,
-                      .n_kv_heads = 8,
-                      .hd = 128,
-                      .block_size = 16,
-                      .kvdt = f8 ? DTYPE_FP8_E4M3 : DTYPE_BF16,
-                      .adt = DTYPE_BF16,
-                      .num_seqs = 2,
-                      .ctx = {700, 300},
-                      .qlen = {700, 150},
-                      .ramp = 6.0f};
+        if (ramp) {
+            c.ctx[0] = c.qlen[0] = 700, c.ctx[1] = 300, c.qlen[1] = 150;
+            c.ramp = 6.0f;
+        }
         run_attention_case(&c);
     }
     /* a context past 8k: a chunk of 300 new tokens over a cached prefix of 8000 */
