@@ -1966,11 +1966,36 @@ static void test_decode_order(void **state) {
     }
 }
 
+/* attention_decode_num_parts (host code): a wave of slots (the blocks an SM takes: 2 for an fp8
+ * cache's tensor-core kernel, 264 on 132 SMs) over the grid's blocks (a sequence and kv head
+ * each), rounded to the nearest, at least 1, at most 32 and one part per 256 keys of context.
+ * Rounded up instead, 4 sequences would get 9 partitions and 32 sequences 2. */
+static void test_decode_parts(void **state) {
+    (void)state;
+    AttentionParams p = {.n_heads = 16,
+                         .n_kv_heads = 8,
+                         .hd = 128,
+                         .kvdt = DTYPE_FP8_E4M3,
+                         .block_size = 16,
+                         .max_seqlen_k = 40960};
+    const int seqs[] = {1, 4, 8, 16, 32, 48, 256}, want[] = {32, 8, 4, 2, 1, 1, 1};
+    for (size_t i = 0; i < sizeof seqs / sizeof *seqs; i++) {
+        p.num_seqs = seqs[i];
+        const int got = attention_decode_num_parts(&p, 132);
+        if (got != want[i])
+            fail_msg("%d sequences: %d partitions, expected %d", seqs[i], got, want[i]);
+    }
+    p.num_seqs = 1;
+    p.max_seqlen_k = 1000; /* 4 parts of >= 256 keys */
+    assert_int_equal(attention_decode_num_parts(&p, 132), 4);
+}
+
 int main(void) {
     /* CVLLM_TEST_FILTER=test_attention* (a cmocka glob on the whole name): for sanitizer runs */
     if (getenv("CVLLM_TEST_FILTER")) cmocka_set_test_filter(getenv("CVLLM_TEST_FILTER"));
     /* host code first: it runs without a GPU too */
-    const struct CMUnitTest host_tests[] = {cmocka_unit_test(test_decode_order)};
+    const struct CMUnitTest host_tests[] = {cmocka_unit_test(test_decode_order),
+                                            cmocka_unit_test(test_decode_parts)};
     if (cmocka_run_group_tests_name("host", host_tests, NULL, NULL)) return 1;
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {

@@ -566,18 +566,23 @@ extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms)
      * 35,466 at 1, 35,423 / 35,384 at 3); 64 x 1000/1000 22,685 against 20,792; 32 x 1000/1000
      * 15,003 against 14,126; 256 x 562/523 and batch 1 unchanged. The bf16 kernel at 2: unchanged
      * (32 and 64 x 1000/1000, the default workload). CVLLM_CUDA_DEC_SLOTS=N counts N for every
-     * kernel. */
-    static int slots_env = -1;
-    if (slots_env < 0) {
+     * kernel (a fraction allowed: 0.5 counts half a block an SM). */
+    static float slots_env = -1.0f;
+    if (slots_env < 0.0f) {
         const char *e = getenv("CVLLM_CUDA_DEC_SLOTS");
-        slots_env = e && *e && atoi(e) > 0 ? atoi(e) : 0;
+        slots_env = e && *e && atof(e) > 0.0 ? (float)atof(e) : 0.0f;
     }
-    const int wave = slots_env ? slots_env : tc && kvb == 1 ? 2 : per_sm;
-    const int64_t slots = wave * (int64_t)num_sms;
-    /* rounded up, the grid is a wave and a little more (at 2..49 sequences of qwen3-0.6b on an
-     * H200, e.g. 416 blocks for 396 places at 4 sequences); rounded down to at most one wave it
-     * was no faster (2026-11-23) */
-    int want = (int)((slots + blocks - 1) / blocks);
+    const float wave = slots_env > 0.0f ? slots_env : tc && kvb == 1 ? 2.0f : (float)per_sm;
+    const int64_t slots = (int64_t)(wave * (float)num_sms);
+    /* slots / blocks rounded to the nearest: rounded up, a grid just short of a wave doubled its
+     * blocks (32 sequences of an fp8 cache: 2 partitions of 500 keys where 1 of 1,000 is 8%
+     * faster), and fewer, longer partitions win from 8 sequences up. H200, 2026-11-26, 1000/1000
+     * output tok/s by partitions a sequence (wave 0.25 / 0.5 / 1 / 2 as CVLLM_CUDA_DEC_SLOTS):
+     * fp8 at 4 sequences 2,861 (2) / 2,939 (3) / 3,002 (5) / 3,121 (9); 8: 5,529 (1) / 6,020 (2) /
+     * 6,094 (3) / 6,006 (5); 16: 10,563 (1) / 10,523 (1) / 10,645 (2) / 10,420 (3); 32: 16,901 /
+     * 16,899 / 16,812 (1) / 15,578 (2); bf16 at 16 sequences 8,849 (2), 9,064 (3), 8,715 (4). The
+     * default workload's fp8 run is equal at each wave (its batches are large). */
+    int want = (int)((slots + blocks / 2) / blocks);
     const int by_ctx = (p->max_seqlen_k + 255) / 256; /* >= 256 keys a part */
     if (want > by_ctx) want = by_ctx;
     /* at most 32: a graph is captured for max_model_len, so short contexts leave most
