@@ -1967,9 +1967,10 @@ static void test_decode_order(void **state) {
 }
 
 /* attention_decode_num_parts (host code): a wave of slots (the blocks an SM takes: 2 for an fp8
- * cache's tensor-core kernel, 264 on 132 SMs) over the grid's blocks (a sequence and kv head
- * each), rounded to the nearest, at least 1, at most 32 and one part per 256 keys of context.
- * Rounded up instead, 4 sequences would get 9 partitions and 32 sequences 2. */
+ * cache's tensor-core kernel, 264 on 132 SMs; 3 for bf16's, 396) over the grid's blocks (a
+ * sequence and kv head each), rounded to the nearest, at least 1, at most 32 over an fp8 cache
+ * (16 over bf16) and one part per 256 keys of context. Rounded up instead, 4 sequences would get
+ * 9 partitions over an fp8 cache and 32 sequences 2. */
 static void test_decode_parts(void **state) {
     (void)state;
     AttentionParams p = {.n_heads = 16,
@@ -1978,13 +1979,19 @@ static void test_decode_parts(void **state) {
                          .kvdt = DTYPE_FP8_E4M3,
                          .block_size = 16,
                          .max_seqlen_k = 40960};
-    const int seqs[] = {1, 4, 8, 16, 32, 48, 256}, want[] = {32, 8, 4, 2, 1, 1, 1};
+    const int seqs[] = {1, 2, 4, 8, 16, 32, 48, 256}, want[] = {32, 17, 8, 4, 2, 1, 1, 1};
     for (size_t i = 0; i < sizeof seqs / sizeof *seqs; i++) {
         p.num_seqs = seqs[i];
         const int got = attention_decode_num_parts(&p, 132);
         if (got != want[i])
             fail_msg("%d sequences: %d partitions, expected %d", seqs[i], got, want[i]);
     }
+    p.kvdt = DTYPE_BF16; /* 1 sequence: 50 rounded, then the cap; 16: 3.6 rounded */
+    p.num_seqs = 1;
+    assert_int_equal(attention_decode_num_parts(&p, 132), 16);
+    p.num_seqs = 16;
+    assert_int_equal(attention_decode_num_parts(&p, 132), 3);
+    p.kvdt = DTYPE_FP8_E4M3;
     p.num_seqs = 1;
     p.max_seqlen_k = 1000; /* 4 parts of >= 256 keys */
     assert_int_equal(attention_decode_num_parts(&p, 132), 4);

@@ -585,9 +585,22 @@ extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms)
     int want = (int)((slots + blocks / 2) / blocks);
     const int by_ctx = (p->max_seqlen_k + 255) / 256; /* >= 256 keys a part */
     if (want > by_ctx) want = by_ctx;
-    /* at most 32: a graph is captured for max_model_len, so short contexts leave most
-     * partitions empty (64 cost batch-1 decode 6%, 2026-11-22) */
-    if (want > 32) want = 32;
+    /* at most 16 (an fp8 cache: 32): a graph is captured for max_model_len, so short contexts
+     * leave most partitions empty, and each partition's state is merged (64 cost batch-1 decode
+     * 6%, 2026-11-22). H200, 2026-11-26, output tok/s with at most 32 / 16 / 8
+     * (CVLLM_CUDA_DEC_PARTS_MAX=N, 1..64, for every cache): batch 1, 16/1024 1,195 / 1,216 /
+     * 1,231 (fp8 1,107 / 1,129 / 1,133); 1000/1000 1,097 / 1,157 / 1,147 (fp8 1,037 / 1,066 /
+     * 1,046); 8000/500 817 / 839 at 32 / 16 (fp8 830 / 790: its blocks stream half the bytes, and
+     * 128 of them one an SM do not fill the memory); 2 x 1000/1000 1,943 / 2,023 / 2,059 (fp8
+     * 1,925 / 1,918 / 1,907) */
+    static int parts_env = -1;
+    if (parts_env < 0) {
+        const char *e = getenv("CVLLM_CUDA_DEC_PARTS_MAX");
+        const int v = e && *e ? atoi(e) : 0;
+        parts_env = v >= 1 && v <= 64 ? v : 0;
+    }
+    const int parts_max = parts_env ? parts_env : kvb == 1 ? 32 : 16;
+    if (want > parts_max) want = parts_max;
     return want < 1 ? 1 : want;
 }
 
