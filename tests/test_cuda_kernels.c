@@ -1986,7 +1986,7 @@ static void test_decode_parts(void **state) {
         if (got != want[i])
             fail_msg("%d sequences: %d partitions, expected %d", seqs[i], got, want[i]);
     }
-    p.kvdt = DTYPE_BF16; /* 1 sequence: 50 rounded, then the cap; 16: 3.6 rounded */
+    p.kvdt = DTYPE_BF16; /* 1 sequence: 49.5 rounded to 50, then the cap; 16: 3.09 to 3 */
     p.num_seqs = 1;
     assert_int_equal(attention_decode_num_parts(&p, 132), 16);
     p.num_seqs = 16;
