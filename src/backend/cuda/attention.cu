@@ -570,7 +570,8 @@ extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms)
     static float slots_env = -1.0f;
     if (slots_env < 0.0f) {
         const char *e = getenv("CVLLM_CUDA_DEC_SLOTS");
-        slots_env = e && *e && atof(e) > 0.0 ? (float)atof(e) : 0.0f;
+        const double v = e && *e ? atof(e) : 0.0;
+        slots_env = v > 0.0 ? (float)v : 0.0f;
     }
     const float wave = slots_env > 0.0f ? slots_env : tc && kvb == 1 ? 2.0f : (float)per_sm;
     const int64_t slots = (int64_t)(wave * (float)num_sms);
@@ -588,7 +589,7 @@ extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms)
     /* at most 16 (an fp8 cache: 32): a graph is captured for max_model_len, so short contexts
      * leave most partitions empty, and each partition's state is merged (64 cost batch-1 decode
      * 6%, 2026-11-22). H200, 2026-11-26, output tok/s with at most 32 / 16 / 8
-     * (CVLLM_CUDA_DEC_PARTS_MAX=N, 1..64, for every cache): batch 1, 16/1024 1,195 / 1,216 /
+     * (CVLLM_CUDA_DEC_PARTS_MAX=N, 1..MERGE_MAX_PARTS, for every cache): batch 1, 16/1024 1,195 / 1,216 /
      * 1,231 (fp8 1,107 / 1,129 / 1,133); 1000/1000 1,097 / 1,157 / 1,147 (fp8 1,037 / 1,066 /
      * 1,046); 8000/500 817 / 839 at 32 / 16 (fp8 830 / 790: its blocks stream half the bytes, and
      * 128 of them one an SM do not fill the memory); 2 x 1000/1000 1,943 / 2,023 / 2,059 (fp8
@@ -597,7 +598,7 @@ extern "C" int attention_decode_num_parts(const AttentionParams *p, int num_sms)
     if (parts_env < 0) {
         const char *e = getenv("CVLLM_CUDA_DEC_PARTS_MAX");
         const int v = e && *e ? atoi(e) : 0;
-        parts_env = v >= 1 && v <= 64 ? v : 0;
+        parts_env = v >= 1 && v <= MERGE_MAX_PARTS ? v : 0;
     }
     const int parts_max = parts_env ? parts_env : kvb == 1 ? 32 : 16;
     if (want > parts_max) want = parts_max;
