@@ -107,6 +107,13 @@ typedef struct {
                                  * 127.0.0.1, a free port); ranks on other hosts connect to it */
     int tp_local_ranks;         /* ranks started on this host, 0: all (the others are started by
                                  * hand: `cvllm worker --connect HOST:PORT --rank R`) */
+    int async_scheduling;       /* 0 (default): on where the backend runs steps asynchronously
+                                 * (CUDA on one GPU): the next step is scheduled and submitted
+                                 * while the device runs this one, and a request that stops at
+                                 * EOS or a stop id or string has one more token computed and
+                                 * dropped; 1: on (a backend without it computes each step at
+                                 * once); -1: off. Steps of requests with penalties and logits
+                                 * mode always run one at a time. */
 } CvllmEngineOptions;
 
 typedef struct {

@@ -37,6 +37,7 @@ static int remove_model(void **state) {
 }
 
 static int g_max_model_len = 256;
+static int g_async = -1; /* CvllmEngineOptions.async_scheduling of engine() */
 
 static CvllmEngine *engine(int max_num_batched_tokens, int64_t kv_bytes, int prefix_caching,
                            int block_size) {
@@ -51,6 +52,7 @@ static CvllmEngine *engine(int max_num_batched_tokens, int64_t kv_bytes, int pre
     if (kv_bytes) o.kv_cache_memory = kv_bytes;
     if (block_size) o.block_size = block_size;
     o.enable_prefix_caching = prefix_caching;
+    o.async_scheduling = g_async;
     CvllmEngine *e = NULL;
     int rc = cvllm_engine_create(g_model, &o, &e);
     if (rc < 0) fprintf(stderr, "engine: %s\n", cvllm_last_error());
@@ -423,6 +425,222 @@ static void test_create_errors(void **state) {
     }
 }
 
+
+/* ---------------------------------------------------------------------------------------------
+ * Asynchronous scheduling (CvllmEngineOptions.async_scheduling): the next step is scheduled and
+ * submitted before this one's tokens are known. Over the CPU backend (which has no submit: each
+ * step runs at once) the engine's bookkeeping is the same as on a GPU, so every test above must
+ * give the same results with it on. */
+
+static void test_async_same_results(void **state) {
+    g_async = 1;
+    test_batch_equals_alone(state);
+    test_preemption_same_tokens(state);
+    test_chunked_prefill_same_tokens(state);
+    test_block_size_same_tokens(state);
+    test_prefix_caching_on_off(state);
+    test_seeded_sampling_independent_of_batch(state);
+    test_stop_token_ids(state);
+    test_burst_shares_prefix_in_one_step(state);
+    test_bad_requests_refused_alone(state);
+    test_broken_backend_stops_engine(state);
+    g_async = -1;
+}
+
+/* A mixed batch: stop ids that end requests at different steps, several max_tokens, log-probs,
+ * seeded sampling, one request with a repetition penalty (its steps run one at a time) and one
+ * aborted midway; async (a) against sync (s), request by request. */
+#define NM 7
+typedef struct {
+    int num_tokens, finish_reason;
+    int32_t ids[64];
+    float lp[64]; /* the sampled tokens' log-probs (requests that ask) */
+} MixedOut;
+
+static void mixed_run(int async, MixedOut out[NM], const int32_t stops[NM]) {
+    g_async = async;
+    CvllmEngine *e = engine(0, 0, 1, 0);
+    g_async = -1;
+    CvllmSamplingParams ps[NM];
+    int64_t ids[NM];
+    memset(out, 0, NM * sizeof *out);
+    for (int i = 0; i < NM; i++) {
+        ps[i] = greedy(6 + 5 * i);
+        ps[i].stop_token_ids = &stops[i];
+        ps[i].num_stop_token_ids = stops[i] >= 0;
+    }
+    ps[1].logprobs = 3;
+    ps[2].temperature = 0.8f, ps[2].seed = 7, ps[2].logprobs = 0;
+    ps[4].repetition_penalty = 1.3f;
+    for (int i = 0; i < NM; i++) {
+        ids[i] = cvllm_engine_add_request(e, g_prompts[i % NP], LENS[i % NP], &ps[i]);
+        assert_true(ids[i] >= 0);
+    }
+    int steps = 0;
+    while (cvllm_engine_has_unfinished(e)) {
+        const CvllmRequestOutput *o;
+        int n;
+        assert_true(cvllm_engine_step(e, &o, &n) >= 0);
+        if (++steps == 6) cvllm_engine_abort_request(e, ids[6]);
+        for (int k = 0; k < n; k++) {
+            int i = 0;
+            while (ids[i] != o[k].request_id) i++;
+            MixedOut *m = &out[i];
+            assert_true(o[k].num_tokens >= m->num_tokens && o[k].num_tokens <= 64);
+            assert_int_equal(m->finish_reason, CVLLM_FINISH_NONE); /* one last output */
+            m->num_tokens = o[k].num_tokens;
+            memcpy(m->ids, o[k].token_ids, (size_t)o[k].num_tokens * sizeof(int32_t));
+            if (o[k].logprobs) memcpy(m->lp, o[k].logprobs, (size_t)o[k].num_tokens * sizeof(float));
+            m->finish_reason = o[k].finish_reason;
+        }
+    }
+    CvllmStats st;
+    cvllm_engine_get_stats(e, &st);
+    int64_t total = 0;
+    for (int i = 0; i < NM; i++) total += out[i].num_tokens;
+    assert_true(st.generated_tokens >= total); /* an aborted request's last may go unreported */
+    assert_true(st.generated_tokens <= total + 1);
+    cvllm_engine_destroy(e);
+}
+
+static void test_async_mixed_requests(void **state) {
+    (void)state;
+    const int32_t none[NM] = {-1, -1, -1, -1, -1, -1, -1};
+    MixedOut ref[NM], s[NM], a[NM];
+    mixed_run(-1, ref, none);
+    int32_t stops[NM];
+    for (int i = 0; i < NM; i++) /* a stop id seen at token 2 + i % 4 */
+        stops[i] = ref[i].num_tokens > 2 + i % 4 ? ref[i].ids[2 + i % 4] : -1;
+    stops[3] = stops[6] = -1; /* 6: aborted before its max_tokens */
+    mixed_run(-1, s, stops);
+    mixed_run(1, a, stops);
+    int stopped = 0;
+    for (int i = 0; i < NM; i++) {
+        assert_int_equal(s[i].finish_reason, a[i].finish_reason);
+        stopped += s[i].finish_reason == CVLLM_FINISH_STOP;
+        if (i == 6) { /* aborted after the same step count: what it had, maybe a token apart */
+            assert_int_equal(a[i].finish_reason, CVLLM_FINISH_ABORT);
+            assert_true(abs(a[i].num_tokens - s[i].num_tokens) <= 1);
+            for (int k = 0; k < a[i].num_tokens && k < s[i].num_tokens; k++)
+                assert_int_equal(a[i].ids[k], s[i].ids[k]);
+            continue;
+        }
+        assert_int_equal(s[i].num_tokens, a[i].num_tokens);
+        assert_memory_equal(s[i].ids, a[i].ids, (size_t)s[i].num_tokens * sizeof(int32_t));
+        assert_memory_equal(s[i].lp, a[i].lp, (size_t)s[i].num_tokens * sizeof(float));
+    }
+    assert_true(stopped >= 3);
+}
+
+/* The backend's side of asynchronous scheduling, by a stub with submit and collect around the
+ * CPU forward: the engine turns it on by itself, submits a step before it collects the one
+ * before, and hands each pending token as input_rows = the row the step before sampled it in
+ * (checked here against which sequence that row was). */
+static struct {
+    int (*forward)(Backend *, const StepInputs *, StepOutputs *);
+    int32_t *ids;                 /* [tokens] */
+    int32_t prev_ids[32];         /* the last submitted step's sampled ids */
+    int32_t prev_seq_len[32];     /* its rows' context lengths */
+    int prev_n;
+    int32_t out_ids[2][32];
+    float out_lp[2][32];
+    int32_t out_top[2][32 * CVLLM_MAX_LOGPROBS];
+    float out_tlp[2][32 * CVLLM_MAX_LOGPROBS];
+    int out_n[2], head, count;
+    int submits, overlapped, rows_seen;
+} g_stub;
+
+static int stub_submit(Backend *b, const StepInputs *in) {
+    assert_true(g_stub.count < 2);
+    if (g_stub.count == 1) g_stub.overlapped++;
+    StepInputs r = *in;
+    memcpy(g_stub.ids, in->input_ids, (size_t)in->num_tokens * sizeof(int32_t));
+    for (int s = 0; in->input_rows && s < in->num_seqs; s++)
+        for (int t = in->cu_seqlens_q[s]; t < in->cu_seqlens_q[s + 1]; t++) {
+            const int row = in->input_rows[t];
+            if (row < 0) continue;
+            assert_true(row < g_stub.prev_n);
+            assert_int_equal(in->input_ids[t], 0);
+            /* the token at position p was sampled by a row whose context ended at p */
+            assert_int_equal(g_stub.prev_seq_len[row], in->positions[t]);
+            g_stub.ids[t] = g_stub.prev_ids[row];
+            g_stub.rows_seen++;
+        }
+    r.input_ids = g_stub.ids;
+    r.input_rows = NULL;
+    const int k = (g_stub.head + g_stub.count) % 2;
+    StepOutputs o = {.token_ids = g_stub.out_ids[k],
+                     .logprobs = g_stub.out_lp[k],
+                     .top_ids = g_stub.out_top[k],
+                     .top_logprobs = g_stub.out_tlp[k]};
+    int rc = g_stub.forward(b, &r, &o);
+    if (rc < 0) return rc;
+    for (int i = 0; i < in->num_logits; i++) {
+        g_stub.prev_ids[i] = g_stub.out_ids[k][i];
+        int t = in->logits_indices[i], s = 0;
+        while (in->cu_seqlens_q[s + 1] <= t) s++;
+        g_stub.prev_seq_len[i] = in->context_lens[s];
+    }
+    g_stub.prev_n = in->num_logits;
+    g_stub.out_n[k] = in->num_logits;
+    g_stub.count++;
+    g_stub.submits++;
+    return 0;
+}
+
+static int stub_collect(Backend *b, StepOutputs *out) {
+    (void)b;
+    assert_true(g_stub.count > 0);
+    const int k = g_stub.head, n = g_stub.out_n[k];
+    g_stub.head = (g_stub.head + 1) % 2;
+    g_stub.count--;
+    memcpy(out->token_ids, g_stub.out_ids[k], (size_t)n * sizeof(int32_t));
+    memcpy(out->logprobs, g_stub.out_lp[k], (size_t)n * sizeof(float));
+    memcpy(out->top_ids, g_stub.out_top[k], (size_t)n * CVLLM_MAX_LOGPROBS * sizeof(int32_t));
+    memcpy(out->top_logprobs, g_stub.out_tlp[k], (size_t)n * CVLLM_MAX_LOGPROBS * sizeof(float));
+    return 0;
+}
+
+static void test_async_backend_contract(void **state) {
+    (void)state;
+    CvllmSamplingParams p = greedy(20);
+    CvllmOutput ref[NP], got[NP];
+    CvllmEngine *e = engine(0, 0, 1, 0);
+    run_all(e, &p, ref);
+    Backend *b = engine_backend(e);
+    memset(&g_stub, 0, sizeof g_stub);
+    g_stub.forward = b->forward;
+    g_stub.ids = xmalloc(4096 * sizeof(int32_t));
+    b->submit = stub_submit;
+    b->collect = stub_collect;
+    run_all(e, &p, got); /* default async_scheduling (0) is still off: set at create */
+    assert_int_equal(g_stub.overlapped, 0);
+    assert_int_equal(g_stub.rows_seen, 0);
+    cvllm_engine_destroy(e);
+    assert_same_tokens(ref, got, NP);
+    free_outs(got, NP);
+
+    g_async = 0;
+    e = engine(0, 0, 1, 0); /* a backend with submit at create: on */
+    g_async = -1;
+    b = engine_backend(e);
+    g_stub.forward = b->forward;
+    b->submit = stub_submit;
+    b->collect = stub_collect;
+    engine_refresh_async(e);
+    int s0 = g_stub.submits;
+    run_all(e, &p, got);
+    assert_true(g_stub.submits > s0);
+    assert_true(g_stub.overlapped >= 19); /* every decode step but the first */
+    assert_true(g_stub.rows_seen >= 19 * NP);
+    assert_int_equal(g_stub.count, 0);
+    cvllm_engine_destroy(e);
+    assert_same_tokens(ref, got, NP);
+    free_outs(ref, NP);
+    free_outs(got, NP);
+    free(g_stub.ids);
+}
+
 int main(void) {
     fill_prompts();
     const struct CMUnitTest tests[] = {
@@ -439,6 +657,9 @@ int main(void) {
         cmocka_unit_test(test_rank_process_creates_no_engine),
         cmocka_unit_test(test_kv_budget_too_small),
         cmocka_unit_test(test_create_errors),
+        cmocka_unit_test(test_async_same_results),
+        cmocka_unit_test(test_async_mixed_requests),
+        cmocka_unit_test(test_async_backend_contract),
     };
     return cmocka_run_group_tests(tests, make_model, remove_model);
 }

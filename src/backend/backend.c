@@ -58,6 +58,8 @@ int step_inputs_check(const StepInputs *in, const StepLimits *l) {
                 return cvllm_errorf(CVLLM_EINVAL, "seq %d: block table entry %d is %d (of %d)", s,
                                     i, tab[i], l->num_blocks);
         for (int t = q0; t < q1; t++) {
+            if (in->input_rows && in->input_rows[t] < -1)
+                return cvllm_errorf(CVLLM_EINVAL, "token %d: input row %d", t, in->input_rows[t]);
             if (in->input_ids[t] < 0 || in->input_ids[t] >= l->vocab_size)
                 return cvllm_errorf(CVLLM_EINVAL, "token %d: id %d outside the vocabulary (%d)", t,
                                     in->input_ids[t], l->vocab_size);

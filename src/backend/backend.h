@@ -90,6 +90,10 @@ typedef struct {
     int num_logits;
     const SamplingRow *sampling;   /* [num_logits] */
     int any_penalty;               /* some row has a penalty (else prompt/output ids unused) */
+    /* submit only (asynchronous scheduling), NULL otherwise: input_rows[t] >= 0 says that token
+     * t's id is the one the step submitted before this one sampled in logits row input_rows[t],
+     * not known to the host yet (input_ids[t] is then 0 and ignored); -1: input_ids[t]. */
+    const int32_t *input_rows;     /* [num_tokens] */
 } StepInputs;
 
 /* Where forward puts its results (host arrays, [num_logits] rows). */
@@ -127,6 +131,13 @@ struct Backend {
     /* Runs the model over one step: writes K/V of the new tokens into the cache (slot_mapping),
      * samples one id per logits row into out. Returns 0 or a negative code with the message set. */
     int (*forward)(Backend *b, const StepInputs *in, StepOutputs *out);
+    /* Optional (NULL: none), both or neither: the same step as forward, in two calls, so that
+     * the host prepares the next step while the device runs this one. submit enqueues the step
+     * and returns (it copies what it needs of in first; out->logits is never asked); collect
+     * waits for the oldest submitted step not yet collected and writes its results. At most
+     * two steps are submitted and not collected; a submit that fails enqueues nothing. */
+    int (*submit)(Backend *b, const StepInputs *in);
+    int (*collect)(Backend *b, StepOutputs *out);
     /* Bytes of one KV block (K and V, all layers) for this backend's share of the heads. */
     int64_t (*kv_block_bytes)(Backend *b, int block_size, DType dtype);
     /* The cache dtype for CVLLM_KV_DTYPE_AUTO (CPU: f32; GPU: the model's dtype). */

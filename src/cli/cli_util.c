@@ -23,6 +23,8 @@ const char CLI_ENGINE_OPTIONS_HELP[] =
     "                                 fp8 = fp8_e4m3, scales 1.0)\n"
     "  --gpu-memory-utilization F     GPU: fraction of device memory (default 0.9)\n"
     "  --enforce-eager                GPU: no CUDA graphs\n"
+    "  --[no-]async-scheduling        schedule the next step while the device runs this one\n"
+    "                                 (default: on for CUDA on one GPU)\n"
     "  --tensor-parallel-size N, -tp N  GPU: split the model over N GPUs, one process each (default 1)\n"
     "  --tp-addr HOST:PORT            tensor parallel: where rank 0 listens (default 127.0.0.1, any port)\n"
     "  --tp-local-ranks K             tensor parallel: ranks started on this host (default: all; the\n"
@@ -74,6 +76,8 @@ int cli_parse_engine_option(int argc, char **argv, int *i, CvllmEngineOptions *o
     if (!strcmp(a, "--enable-prefix-caching")) { o->enable_prefix_caching = 1; return 1; }
     if (!strcmp(a, "--quiet")) { o->verbose = 0; return 1; }
     if (!strcmp(a, "--enforce-eager")) { o->enforce_eager = 1; return 1; }
+    if (!strcmp(a, "--async-scheduling")) { o->async_scheduling = 1; return 1; }
+    if (!strcmp(a, "--no-async-scheduling")) { o->async_scheduling = -1; return 1; }
     if (!strcmp(a, "--device")) {
         if (!(v = cli_value(argc, argv, i))) return -1;
         if (!strcmp(v, "auto")) o->device = CVLLM_DEVICE_AUTO;

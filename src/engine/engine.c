@@ -69,6 +69,15 @@ typedef struct {
     Request *req;   /* add */
 } InboxEvent;
 
+/* A submitted step, as the engine keeps it until its tokens are collected. */
+typedef struct {
+    Sequence **seqs; /* [max_num_seqs]: the batch (the scheduler's array is reused) */
+    int *samples;    /* [max_num_seqs]: 1 if seqs[i] samples a token */
+    int n, is_prefill;
+    int advanced;    /* scheduler_advance done (asynchronous: before the collect) */
+    int64_t step;    /* the scheduler's step number */
+} EngineStep;
+
 struct CvllmEngine {
     ModelConfig cfg;
     ModelWeights weights;
@@ -90,6 +99,11 @@ struct CvllmEngine {
     int num_changed, cap_changed;
     int64_t prompt_tokens_computed, generated_tokens, num_steps, requests_finished;
     int peak_blocks_used;
+    /* Asynchronous scheduling: a step stays in flight (submitted, its tokens not yet collected)
+     * while the next is scheduled and submitted; see cvllm_engine_step. */
+    int async, async_opt; /* on; CvllmEngineOptions.async_scheduling */
+    EngineStep steps[2];
+    int flying, fly; /* flying: 1 while steps[fly] is in flight */
     EngineLogitsFn logits_fn;
     void *logits_ctx;
 
@@ -123,6 +137,16 @@ static void prof_lap(CvllmEngine *e, int k, double *t) {
     double now = now_seconds();
     e->prof_s[k] += now - *t;
     *t = now;
+}
+
+/* Moves the backend's time since *fwd0 (model_runner_forward_seconds) out of phase k into
+ * EP_FORWARD, and restarts *fwd0 (profiling on). */
+static void prof_shift(CvllmEngine *e, int k, double *fwd0) {
+    if (!e->prof_on) return;
+    const double now = model_runner_forward_seconds(e->runner), d = now - *fwd0;
+    e->prof_s[k] -= d;
+    e->prof_s[EP_FORWARD] += d;
+    *fwd0 = now;
 }
 
 static void prof_report(const CvllmEngine *e) {
@@ -311,6 +335,14 @@ int cvllm_engine_create(const char *model_dir, const CvllmEngineOptions *opts, C
                                     o.max_num_seqs, bo.max_num_tokens);
     e->sampled = xmalloc((size_t)o.max_num_seqs * sizeof(SampledToken));
     e->step_tokens = xmalloc((size_t)o.max_num_seqs * sizeof(int32_t));
+    for (int k = 0; k < 2; k++) {
+        e->steps[k].seqs = xmalloc((size_t)o.max_num_seqs * sizeof(Sequence *));
+        e->steps[k].samples = xmalloc((size_t)o.max_num_seqs * sizeof(int));
+    }
+    /* on by default where the backend runs steps asynchronously; forced on, a backend without
+     * submit runs each step at once (the engine's bookkeeping is the same: tests) */
+    e->async_opt = o.async_scheduling;
+    engine_refresh_async(e);
     e->stats.num_kv_blocks = e->stats.kv_blocks_free = e->num_blocks;
     *out = e;
     return 0;
@@ -334,6 +366,11 @@ static void request_free(Request *r) {
 void cvllm_engine_destroy(CvllmEngine *e) {
     if (!e) return;
     prof_report(e);
+    if (e->flying) model_runner_collect(e->runner, e->sampled); /* let the device finish it */
+    for (int k = 0; k < 2; k++) {
+        free(e->steps[k].seqs);
+        free(e->steps[k].samples);
+    }
     for (int i = 0; i < e->num_live; i++) request_free(e->live[i]);
     for (int i = 0; i < e->num_inbox; i++) request_free(e->inbox[i].req);
     free(e->live);
@@ -536,8 +573,8 @@ static void end_request(CvllmEngine *e, Request *r, CvllmFinishReason reason, co
 /* Frees the requests whose last output went out in an earlier step, and takes the inbox. */
 static void begin_step(CvllmEngine *e) {
     int k = 0;
-    for (int i = 0; i < e->num_live; i++) {
-        if (e->live[i]->final_sent) request_free(e->live[i]);
+    for (int i = 0; i < e->num_live; i++) { /* a step in flight still holds its sequence */
+        if (e->live[i]->final_sent && !e->live[i]->seq->in_flight) request_free(e->live[i]);
         else e->live[k++] = e->live[i];
     }
     e->num_live = k;
@@ -566,8 +603,8 @@ static void begin_step(CvllmEngine *e) {
         for (int i = 0; i < e->num_live; i++) end_request(e, e->live[i], CVLLM_FINISH_ABORT, NULL);
 }
 
-static void record_logprobs(Request *r, const SampledToken *st) {
-    int i = sequence_num_completion_tokens(r->seq); /* the index of the token being appended */
+/* st: what output token number i (from 0) was sampled with */
+static void record_logprobs(Request *r, const SampledToken *st, int i) {
     if (i >= r->cap_lp) {
         r->cap_lp = r->cap_lp ? 2 * r->cap_lp : 16;
         while (r->cap_lp <= i) r->cap_lp *= 2;
@@ -588,8 +625,8 @@ static void build_outputs(CvllmEngine *e) {
     for (int i = 0; i < e->num_changed; i++) {
         Request *r = e->changed[i];
         Sequence *s = r->seq;
-        int n_out = sequence_num_completion_tokens(s);
-        int finished = s->status == SEQ_FINISHED;
+        int n_out = sequence_num_completion_tokens(s) - s->num_pending; /* known values only */
+        int finished = s->status == SEQ_FINISHED && !s->num_pending;
         size_t new_text = 0;
         if (r->has_text) {
             if (n_out > r->num_reported || finished) {
@@ -597,6 +634,7 @@ static void build_outputs(CvllmEngine *e) {
                                             n_out - r->num_reported, finished);
                 if (stop) { /* a stop string: the request ends now, with "stop" */
                     if (!finished) scheduler_finish(e->sched, s, CVLLM_FINISH_STOP);
+                    sequence_drop_pending(s); /* finished by length, its last token pending */
                     s->finish_reason = CVLLM_FINISH_STOP;
                     finished = 1;
                 }
@@ -692,74 +730,147 @@ static void deliver(CvllmEngine *e) {
     }
 }
 
+/* A step failed (its submit, or its collect): its requests end with the backend's error. */
+static void fail_step(CvllmEngine *e, const EngineStep *st, int rc) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "the %s backend failed: %s", e->backend->name, cvllm_last_error());
+    block_manager_forget_step(e->bm, st->step);
+    for (int i = 0; i < st->n; i++) end_request(e, st->seqs[i]->owner, CVLLM_FINISH_ERROR, msg);
+    if (e->backend->broken && !e->broken) {
+        /* nothing can run any more: every request ends with the error, new ones are refused,
+         * cvllm_engine_run returns */
+        e->broken = xstrdup(msg);
+        for (int i = 0; i < e->num_live; i++) end_request(e, e->live[i], CVLLM_FINISH_ERROR, msg);
+        pthread_mutex_lock(&e->mu);
+        e->shutdown = 1;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+    }
+    cvllm_errorf(rc, "%s", msg);
+}
+
+/* Collects a submitted step's tokens and applies them (postprocess). Returns the tokens it
+ * generated, or the backend's error. */
+static int finish_step(CvllmEngine *e, EngineStep *st) {
+    const int n = st->n;
+    int rc = model_runner_collect(e->runner, e->sampled);
+    for (int i = 0; i < n; i++) st->seqs[i]->in_flight--;
+    if (rc < 0) {
+        fail_step(e, st, rc);
+        return rc;
+    }
+    if (!st->advanced) scheduler_advance(e->sched, st->seqs, n, st->samples);
+    int32_t *tokens = e->step_tokens;
+    int *got = st->samples; /* from here: 1 if seqs[i]'s placeholder takes the token */
+    for (int i = 0; i < n; i++) {
+        Sequence *q = st->seqs[i];
+        tokens[i] = e->sampled[i].token;
+        got[i] = tokens[i] >= 0 && q->num_pending;
+        Request *r = q->owner;
+        if (got[i] && r->num_logprobs >= 0)
+            record_logprobs(r, &e->sampled[i], sequence_num_completion_tokens(q) - 1);
+    }
+    scheduler_resolve(e->sched, st->seqs, n, tokens);
+    int generated = 0;
+    for (int i = 0; i < n; i++) {
+        Request *r = st->seqs[i]->owner;
+        generated += got[i];
+        if ((got[i] || st->seqs[i]->status == SEQ_FINISHED) && !r->final_sent) mark_changed(e, r);
+    }
+    e->generated_tokens += generated;
+    return generated;
+}
+
+/* Whether the step scheduled next may be prepared before this one's tokens are known: not where
+ * a running sequence's penalties need its last id, nor in logits mode (golden tests). */
+static int async_now(CvllmEngine *e) {
+    if (!e->async || e->logits_fn) return 0;
+    for (int i = 0;; i++) {
+        const Sequence *q = scheduler_running_at(e->sched, i);
+        if (!q) return 1;
+        const SamplingParams *p = &q->params;
+        if (p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f ||
+            p->presence_penalty != 0.0f)
+            return 0;
+    }
+}
+
+/* One step. Synchronously: schedule, submit, collect, postprocess. Asynchronously, the step
+ * before is still in flight: schedule this one as if every token of that step were known (its
+ * sequences hold a placeholder: scheduler_advance), submit it (the device takes those ids from
+ * the step before's rows), then collect the step before and postprocess it (scheduler_resolve)
+ * while the device runs this one, which stays in flight. A sequence that the step before
+ * finishes (EOS, a stop id or string) has had one more token scheduled; that token is dropped. */
 int cvllm_engine_step(CvllmEngine *e, const CvllmRequestOutput **outs, int *num_outs) {
     if (outs) *outs = NULL;
     if (num_outs) *num_outs = 0;
     double t = e->prof_on ? now_seconds() : 0;
+    double fwd0 = model_runner_forward_seconds(e->runner);
     begin_step(e);
+    int step_rc = 0, generated = 0;
+    if (e->flying && !async_now(e)) { /* the step in flight first */
+        e->flying = 0;
+        int g = finish_step(e, &e->steps[e->fly]);
+        if (g < 0) step_rc = g;
+        else generated += g;
+    }
     prof_lap(e, EP_BEGIN, &t);
+    prof_shift(e, EP_BEGIN, &fwd0);
     Sequence **batch = NULL, *refused = NULL;
-    int n = 0, is_prefill = 0, rc, generated = 0;
+    int n = 0, is_prefill = 0, rc;
     while ((rc = scheduler_schedule(e->sched, &batch, &n, &is_prefill, &refused)) == CVLLM_ENOMEM) {
         Request *r = refused->owner; /* finished by the scheduler, with its reason */
         if (!r->error) r->error = xstrdup(cvllm_last_error());
         mark_changed(e, r);
     }
+    if (rc < 0) step_rc = rc;
     prof_lap(e, EP_SCHEDULE, &t);
-    int step_rc = rc;
+    EngineStep *cur = &e->steps[e->flying ? 1 - e->fly : e->fly];
+    int submitted = 0;
     if (rc == 0 && n > 0) {
         e->num_steps++;
         if (is_prefill)
             for (int i = 0; i < n; i++) e->prompt_tokens_computed += batch[i]->num_scheduled_tokens;
-        double fwd0 = model_runner_forward_seconds(e->runner);
-        rc = model_runner_run(e->runner, batch, n, is_prefill, e->sampled);
-        if (e->prof_on) {
-            double fwd = model_runner_forward_seconds(e->runner) - fwd0;
-            prof_lap(e, EP_PREPARE, &t);
-            e->prof_s[EP_PREPARE] -= fwd; /* model_runner_run less the backend's forward */
-            e->prof_s[EP_FORWARD] += fwd;
-            e->prof_steps++;
-        }
+        memcpy(cur->seqs, batch, (size_t)n * sizeof *batch);
+        cur->n = n;
+        cur->is_prefill = is_prefill;
+        cur->advanced = 0;
+        cur->step = scheduler_current_step(e->sched);
+        rc = model_runner_submit(e->runner, batch, n, is_prefill);
+        prof_lap(e, EP_PREPARE, &t);
+        prof_shift(e, EP_PREPARE, &fwd0); /* model_runner_submit less the backend's */
+        e->prof_steps += e->prof_on;
         if (rc < 0) {
             step_rc = rc;
-            char msg[512];
-            snprintf(msg, sizeof msg, "the %s backend failed: %s", e->backend->name,
-                     cvllm_last_error());
-            block_manager_forget_step(e->bm, scheduler_current_step(e->sched));
-            for (int i = 0; i < n; i++) end_request(e, batch[i]->owner, CVLLM_FINISH_ERROR, msg);
-            if (e->backend->broken && !e->broken) {
-                /* nothing can run any more: every request ends with the error, new ones are
-                 * refused, cvllm_engine_run returns */
-                e->broken = xstrdup(msg);
-                for (int i = 0; i < e->num_live; i++)
-                    end_request(e, e->live[i], CVLLM_FINISH_ERROR, msg);
-                pthread_mutex_lock(&e->mu);
-                e->shutdown = 1;
-                pthread_cond_broadcast(&e->cv);
-                pthread_mutex_unlock(&e->mu);
-            }
-            cvllm_errorf(rc, "%s", msg);
+            fail_step(e, cur, rc);
         } else {
-            int32_t *tokens = e->step_tokens;
+            submitted = 1;
             for (int i = 0; i < n; i++) {
-                tokens[i] = e->sampled[i].token;
-                Request *r = batch[i]->owner;
-                if (tokens[i] >= 0 && r->num_logprobs >= 0 && batch[i]->status == SEQ_RUNNING)
-                    record_logprobs(r, &e->sampled[i]);
+                cur->samples[i] = batch[i]->sample_row >= 0;
+                batch[i]->in_flight++;
             }
-            scheduler_postprocess(e->sched, batch, n, tokens);
-            for (int i = 0; i < n; i++) {
-                if (e->sampled[i].token >= 0) {
-                    generated++;
-                    mark_changed(e, batch[i]->owner);
-                } else if (batch[i]->status == SEQ_FINISHED) {
-                    mark_changed(e, batch[i]->owner);
-                }
-            }
-            e->generated_tokens += generated;
         }
-        prof_lap(e, EP_POSTPROCESS, &t);
     }
+    if (e->flying) { /* the step before: collected while the device runs this one */
+        e->flying = 0;
+        int g = finish_step(e, &e->steps[e->fly]);
+        if (g < 0) step_rc = g;
+        else generated += g;
+    }
+    if (submitted) {
+        e->fly = (int)(cur - e->steps);
+        if (async_now(e)) {
+            scheduler_advance(e->sched, cur->seqs, cur->n, cur->samples);
+            cur->advanced = 1;
+            e->flying = 1;
+        } else {
+            int g = finish_step(e, cur);
+            if (g < 0) step_rc = g;
+            else generated += g;
+        }
+    }
+    prof_lap(e, EP_POSTPROCESS, &t);
+    prof_shift(e, EP_POSTPROCESS, &fwd0); /* a collect's wait counts as the backend's */
     build_outputs(e);
     publish(e);
     deliver(e);
@@ -773,7 +884,7 @@ int cvllm_engine_has_unfinished(CvllmEngine *e) {
     pthread_mutex_lock(&e->mu);
     int pending = e->num_inbox > 0;
     pthread_mutex_unlock(&e->mu);
-    if (pending || !scheduler_is_finished(e->sched)) return 1;
+    if (pending || e->flying || !scheduler_is_finished(e->sched)) return 1;
     for (int i = 0; i < e->num_live; i++) /* finished, but its last output not yet built */
         if (!e->live[i]->final_sent && e->live[i]->seq->status == SEQ_FINISHED) return 1;
     return 0;
@@ -896,6 +1007,10 @@ const void *cvllm_engine_tokenizer(const CvllmEngine *e) { return e->tok; }
 static void forward_logits_hook(void *ctx, const Sequence *seq, const float *logits, int vocab) {
     CvllmEngine *e = ctx;
     e->logits_fn(e->logits_ctx, seq->id, logits, vocab);
+}
+
+void engine_refresh_async(CvllmEngine *e) {
+    e->async = e->async_opt > 0 || (e->async_opt == 0 && e->backend->submit);
 }
 
 struct Backend *engine_backend(CvllmEngine *e) {

@@ -12,5 +12,7 @@ void engine_set_logits_hook(CvllmEngine *e, EngineLogitsFn fn, void *ctx);
 /* The engine's backend (tests replace its functions to inject failures). */
 struct Backend;
 struct Backend *engine_backend(CvllmEngine *e);
+/* Decides again whether asynchronous scheduling is on (after a test gave the backend submit). */
+void engine_refresh_async(CvllmEngine *e);
 
 #endif

@@ -32,14 +32,23 @@ typedef struct {
 } SampledToken;
 
 /* Runs one step; out[i] is what seqs[i] sampled (valid until the next run). Returns 0 or the
- * backend's error code. */
+ * backend's error code. The same as submit then collect. */
 int model_runner_run(ModelRunner *r, Sequence **seqs, int n, int is_prefill, SampledToken *out);
+
+/* Asynchronous steps: submit prepares a step and hands it to the backend (Backend.submit; a
+ * backend without it runs the step at once), setting each sequence's sample_row (its logits row,
+ * or -1); a sequence's pending token (num_pending) is read on the device from the row the step
+ * before sampled it in. At most two steps are submitted and not collected. collect waits for
+ * the oldest submitted step: out[i] for its seqs[i] (valid until the next collect). Both return
+ * 0 or the backend's error code (a step whose submit failed is not collected). */
+int model_runner_submit(ModelRunner *r, Sequence **seqs, int n, int is_prefill);
+int model_runner_collect(ModelRunner *r, SampledToken *out);
 
 /* Wall seconds spent inside the backend's forward over all runs (the engine's host profile). */
 double model_runner_forward_seconds(const ModelRunner *r);
 
 /* Logits mode (golden tests): the backend also copies each logits row out, and fn is called
- * with each sampled sequence's raw logits [vocab] after the step. NULL turns it off. */
+ * with each sampled sequence's raw logits [vocab] after the step (at collect). NULL turns it off. */
 typedef void (*LogitsHook)(void *ctx, const Sequence *seq, const float *logits, int vocab);
 void model_runner_set_logits_hook(ModelRunner *r, LogitsHook fn, void *ctx);
 

@@ -134,12 +134,7 @@ static void finish(Scheduler *s, Sequence *seq, CvllmFinishReason reason) {
     block_manager_deallocate(s->bm, seq);
 }
 
-void scheduler_remove(Scheduler *s, Sequence *seq) {
-    if (seq->status == SEQ_FINISHED) return;
-    if (!waiting_remove(s, seq)) CHECK(running_remove(s, seq), "seq %lld is neither waiting nor "
-                                       "running", (long long)seq->id);
-    finish(s, seq, CVLLM_FINISH_ABORT);
-}
+void scheduler_remove(Scheduler *s, Sequence *seq) { scheduler_finish(s, seq, CVLLM_FINISH_ABORT); }
 
 int scheduler_is_finished(const Scheduler *s) { return s->wlen == 0 && s->rlen == 0; }
 int scheduler_num_running(const Scheduler *s) { return s->rlen; }
@@ -207,6 +202,7 @@ int scheduler_schedule(Scheduler *s, Sequence ***batch, int *n, int *is_prefill,
     int admitted = 0;
     while (s->wlen > 0 && budget > 0 && s->rlen < s->cfg.max_num_seqs) {
         Sequence *seq = *waiting_at(s, 0);
+        if (seq->num_pending) break; /* preempted with a token not yet known: after it is */
         if (blocks_for_tokens(seq->num_tokens, block_size) > pool) {
             if (admitted) break;
             s->blen = 0;
@@ -274,44 +270,64 @@ static int contains32(const int32_t *ids, int n, int32_t tok) {
     return 0;
 }
 
-void scheduler_postprocess(Scheduler *s, Sequence **batch, int n, const int32_t *tokens) {
+static int is_stop(const Scheduler *s, const Sequence *seq, int32_t tok) {
+    const SamplingParams *p = &seq->params;
+    return (!p->ignore_eos && contains(s->cfg.eos_token_ids, s->cfg.num_eos_token_ids, tok)) ||
+           contains32(p->stop_token_ids, p->num_stop_token_ids, tok);
+}
+
+void scheduler_advance(Scheduler *s, Sequence **batch, int n, const int *samples) {
     for (int i = 0; i < n; i++) {
         Sequence *seq = batch[i];
-        if (seq->status != SEQ_RUNNING) continue; /* aborted between schedule and postprocess */
+        if (seq->status != SEQ_RUNNING) continue; /* finished between schedule and now */
         seq->num_computed_tokens += seq->num_scheduled_tokens;
         CHECK(seq->num_computed_tokens <= seq->num_tokens, "seq %lld: cached %d > tokens %d",
               (long long)seq->id, seq->num_computed_tokens, seq->num_tokens);
         block_manager_commit(s->bm, seq);
-        int32_t tok = tokens[i];
-        if (tok < 0) {
+        if (!samples[i]) {
             CHECK(seq->num_computed_tokens < seq->num_tokens,
                   "seq %lld reached its last token but got no sampled token", (long long)seq->id);
             continue;
         }
-        CHECK(seq->num_computed_tokens == seq->num_tokens,
-              "seq %lld got a token with %d of %d tokens computed", (long long)seq->id,
-              seq->num_computed_tokens, seq->num_tokens);
-        sequence_append_token(seq, tok);
+        CHECK(seq->num_computed_tokens == seq->num_tokens && !seq->num_pending,
+              "seq %lld samples with %d of %d tokens computed (%d pending)", (long long)seq->id,
+              seq->num_computed_tokens, seq->num_tokens, seq->num_pending);
+        sequence_append_token(seq, -1);
+        seq->num_pending = 1;
         const SamplingParams *p = &seq->params;
-        CvllmFinishReason reason = CVLLM_FINISH_NONE;
-        if (!p->ignore_eos && contains(s->cfg.eos_token_ids, s->cfg.num_eos_token_ids, tok))
-            reason = CVLLM_FINISH_STOP;
-        else if (contains32(p->stop_token_ids, p->num_stop_token_ids, tok))
-            reason = CVLLM_FINISH_STOP;
-        if (reason == CVLLM_FINISH_STOP) seq->stop_token_id = tok;
-        else if (p->max_tokens > 0 && sequence_num_completion_tokens(seq) >= p->max_tokens)
-            reason = CVLLM_FINISH_LENGTH;
-        else if (s->cfg.max_model_len > 0 && seq->num_tokens >= s->cfg.max_model_len)
-            reason = CVLLM_FINISH_LENGTH;
-        if (reason != CVLLM_FINISH_NONE) {
+        if ((p->max_tokens > 0 && sequence_num_completion_tokens(seq) >= p->max_tokens) ||
+            (s->cfg.max_model_len > 0 && seq->num_tokens >= s->cfg.max_model_len)) {
             running_remove(s, seq);
-            finish(s, seq, reason);
+            finish(s, seq, CVLLM_FINISH_LENGTH); /* the placeholder stays: resolve fills it */
         }
     }
 }
 
+void scheduler_resolve(Scheduler *s, Sequence **batch, int n, const int32_t *tokens) {
+    for (int i = 0; i < n; i++) {
+        Sequence *seq = batch[i];
+        if (!seq->num_pending || tokens[i] < 0) continue; /* nothing sampled, or dropped */
+        const int32_t tok = tokens[i];
+        seq->token_ids[seq->num_tokens - 1] = tok;
+        seq->num_pending = 0;
+        if (!is_stop(s, seq, tok)) continue;
+        seq->stop_token_id = tok;
+        if (seq->status == SEQ_FINISHED) seq->finish_reason = CVLLM_FINISH_STOP; /* also at length */
+        else scheduler_finish(s, seq, CVLLM_FINISH_STOP); /* running, or preempted meanwhile */
+    }
+}
+
+void scheduler_postprocess(Scheduler *s, Sequence **batch, int n, const int32_t *tokens) {
+    int *samples = xmalloc((size_t)(n > 0 ? n : 1) * sizeof(int));
+    for (int i = 0; i < n; i++) samples[i] = tokens[i] >= 0;
+    scheduler_advance(s, batch, n, samples);
+    scheduler_resolve(s, batch, n, tokens);
+    free(samples);
+}
+
 void scheduler_finish(Scheduler *s, Sequence *seq, CvllmFinishReason reason) {
     if (seq->status == SEQ_FINISHED) return;
+    sequence_drop_pending(seq); /* a placeholder whose value will not be kept */
     if (!waiting_remove(s, seq)) CHECK(running_remove(s, seq), "seq %lld is neither waiting nor "
                                        "running", (long long)seq->id);
     finish(s, seq, reason);

@@ -49,7 +49,7 @@ int64_t scheduler_current_step(const Scheduler *s); /* the number of the last sc
 /* The i-th running sequence (admission order), or NULL. */
 Sequence *scheduler_running_at(const Scheduler *s, int i);
 /* Finishes a waiting or running sequence with reason (a stop string, an abort): blocks released,
- * removed from its queue. No effect on a finished one. */
+ * removed from its queue, a pending placeholder token dropped. No effect on a finished one. */
 void scheduler_finish(Scheduler *s, Sequence *seq, CvllmFinishReason reason);
 
 /* Chooses the next step. Fills *batch (owned by the scheduler, valid until the next call) with n
@@ -62,7 +62,19 @@ void scheduler_finish(Scheduler *s, Sequence *seq, CvllmFinishReason reason);
 int scheduler_schedule(Scheduler *s, Sequence ***batch, int *n, int *is_prefill, Sequence **refused);
 
 /* tokens[i] is the token sampled for batch[i], or -1 when batch[i] computed a prefill chunk that
- * did not reach its last token. Advances num_computed_tokens by num_scheduled_tokens for each. */
+ * did not reach its last token. Advances num_computed_tokens by num_scheduled_tokens for each.
+ * The same as scheduler_advance then scheduler_resolve. */
 void scheduler_postprocess(Scheduler *s, Sequence **batch, int n, const int32_t *tokens);
+
+/* Asynchronous scheduling splits postprocess in two, so that the next step can be scheduled
+ * before this one's tokens are known. advance (once the step is submitted): num_computed_tokens
+ * advanced and blocks committed; each running sequence with samples[i] gets a placeholder token
+ * (-1, num_pending 1) and is finished with "length" when that token reaches max_tokens or
+ * max_model_len (the length is known before the value). resolve (once the tokens are known):
+ * fills each placeholder still pending with tokens[i], and finishes with "stop" on an EOS or
+ * stop id (also a sequence already finished by length, as postprocess would have). A sequence
+ * finished in between (abort, stop string: scheduler_finish) loses its placeholder. */
+void scheduler_advance(Scheduler *s, Sequence **batch, int n, const int *samples);
+void scheduler_resolve(Scheduler *s, Sequence **batch, int n, const int32_t *tokens);
 
 #endif

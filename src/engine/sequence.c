@@ -33,6 +33,7 @@ Sequence *sequence_create(int64_t id, const int32_t *prompt, int n, const Sampli
     s->finish_reason = CVLLM_FINISH_NONE;
     s->arrival = id;
     s->stop_token_id = -1;
+    s->sample_row = -1;
     return s;
 }
 
@@ -49,3 +50,8 @@ void sequence_append_token(Sequence *s, int32_t token) {
 }
 
 int sequence_num_completion_tokens(const Sequence *s) { return s->num_tokens - s->num_prompt_tokens; }
+
+void sequence_drop_pending(Sequence *s) {
+    s->num_tokens -= s->num_pending;
+    s->num_pending = 0;
+}

@@ -53,6 +53,15 @@ typedef struct Sequence {
     int num_marked_blocks;     /* block manager bookkeeping: leading registered blocks already
                                   hittable (written by a step scheduled before or now) */
     int num_preemptions;      /* times this sequence was preempted (0 at its first admission) */
+    /* Asynchronous scheduling (engine.c): a step is scheduled while the one before still runs,
+     * so the token that step samples is appended as a placeholder (-1) and its value filled in
+     * when the step's results arrive. num_pending: 1 while the last token is such a placeholder;
+     * sample_row: the logits row of this sequence in the step submitted last (model runner),
+     * which the next step reads the id from; in_flight: submitted steps holding it, not yet
+     * collected (the engine frees a request only at 0). */
+    int num_pending;
+    int sample_row;
+    int in_flight;
     SamplingParams params;
     CvllmFinishReason finish_reason;
     int32_t stop_token_id;    /* the EOS / stop id that finished it, or -1 */
@@ -65,6 +74,8 @@ Sequence *sequence_create(int64_t id, const int32_t *prompt, int n, const Sampli
 void sequence_destroy(Sequence *s); /* accepts NULL */
 void sequence_append_token(Sequence *s, int32_t token);
 int sequence_num_completion_tokens(const Sequence *s);
+/* Removes a pending placeholder token (its value will not be kept). */
+void sequence_drop_pending(Sequence *s);
 /* Number of blocks needed to hold n tokens. */
 static inline int blocks_for_tokens(int n, int block_size) { return (n + block_size - 1) / block_size; }
 
