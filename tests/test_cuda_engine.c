@@ -133,6 +133,7 @@ static void hook(void *ctx, int64_t request_id, const float *logits, int vocab) 
 typedef struct {
     CvllmDevice device;
     int eager, no_prefix, chunk, one_by_one, kv_tokens, sampled;
+    int no_hook; /* no logits hook: the engine's asynchronous steps (the hook runs one at a time) */
     CvllmKvDtype kv_dtype;
     int tp; /* tensor-parallel size (0: 1) */
 } RunCfg;
@@ -200,7 +201,7 @@ static int run_engine(const char *model, const Reference *ref, const RunCfg *c, 
         r->req[i] = -1;
         r->margin[i] = calloc(MAX_STEPS, sizeof(double));
     }
-    engine_set_logits_hook(e, hook, r);
+    if (!c->no_hook) engine_set_logits_hook(e, hook, r);
     CvllmSamplingParams p;
     cvllm_sampling_params_default(&p);
     p.temperature = 0;
@@ -346,12 +347,17 @@ static void check_model(const char *model, const char *reference) {
         {.device = CVLLM_DEVICE_CUDA, .chunk = 48},
         {.device = CVLLM_DEVICE_CUDA, .one_by_one = 1},
         {.device = CVLLM_DEVICE_CUDA, .kv_tokens = 0},
+        {.device = CVLLM_DEVICE_CUDA, .no_hook = 1},
+        {.device = CVLLM_DEVICE_CUDA, .no_hook = 1, .eager = 1, .chunk = 48},
+        {.device = CVLLM_DEVICE_CUDA, .no_hook = 1, .kv_tokens = 0},
     };
     const char *names[] = {"graphs off", "prefix caching off", "chunked prefill (48)",
-                           "one prompt at a time", "preemption (small KV cache)"};
-    for (int m = 0; m < 5; m++) {
+                           "one prompt at a time", "preemption (small KV cache)",
+                           "asynchronous steps", "asynchronous, graphs off, chunked (48)",
+                           "asynchronous, preemption"};
+    for (int m = 0; m < 8; m++) {
         RunCfg c = modes[m];
-        if (m == 4) { /* room for the longest prompt and its continuation, about twice */
+        if (m == 4 || m == 7) { /* room for the longest prompt and its continuation, twice */
             int longest = 0;
             for (int i = 0; i < ref.n; i++)
                 longest = ref.lens[i] > longest ? ref.lens[i] : longest;
@@ -383,6 +389,15 @@ static void check_model(const char *model, const char *reference) {
         "before the first parting\n",
         agree, total);
     if (f32 && agree != total) bad++;
+    /* the same kernels over the same batches: asynchronous steps sample the very same ids */
+    Run ga;
+    RunCfg gca = {.device = CVLLM_DEVICE_CUDA, .sampled = 1, .no_hook = 1};
+    assert_int_equal(run_engine(model, &ref, &gca, &ga), 0);
+    int same = 1;
+    for (int i = 0; i < ref.n; i++) same &= first_diff(&ga, &gs, i, ref.max_new) < 0;
+    printf("    seeded sampling, asynchronous steps: %s\n", same ? "the same ids" : "FAIL: differ");
+    bad += !same;
+    run_free(&ga);
     run_free(&cs), run_free(&gs);
     run_free(&cpu), run_free(&gpu);
     free_reference(&ref);

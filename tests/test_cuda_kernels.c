@@ -862,6 +862,22 @@ static void test_copy_segments(void **state) {
     }
     g.bytes[3] = 6;
     assert_int_not_equal(copy_segments_cuda(&g, g_stream), 0);
+    /* ids_from: segment 0's -(r + 1) become ids_from[r] (asynchronous steps: the ids the step
+     * before sampled, read where the sampler wrote them), the other segments copied as they are */
+    int32_t *ids = (int32_t *)h, *from = (int32_t *)(h + 200000);
+    for (int t = 0; t < 300; t++) ids[t] = t % 3 == 1 ? -(t % 7) - 1 : 1000 + t;
+    for (int r = 0; r < 7; r++) from[r] = 50000 + r;
+    CopySegments gi = {.n = 2, .ids_from = (const int32_t *)((uint8_t *)hd + 200000)};
+    gi.src[0] = hd, gi.dst[0] = d, gi.bytes[0] = 300 * 4;
+    gi.src[1] = hd, gi.dst[1] = d + 4096, gi.bytes[1] = 300 * 4;
+    OK(copy_segments_cuda(&gi, g_stream));
+    dev_download(got, d, 8192);
+    const int32_t *gid = (const int32_t *)got, *raw = (const int32_t *)(got + 4096);
+    for (int t = 0; t < 300; t++) {
+        const int32_t want = t % 3 == 1 ? 50000 + t % 7 : 1000 + t;
+        if (gid[t] != want) fail_msg("copy_segments ids_from: id %d is %d, not %d", t, gid[t], want);
+        if (raw[t] != ids[t]) fail_msg("copy_segments ids_from: segment 1 word %d changed", t);
+    }
     cudaFree(d);
     cudaFreeHost(h);
     free(got);

@@ -19,7 +19,7 @@ struct ModelRunner {
      * then collects the one before). A backend without submit runs each step at submit into
      * its slot's outputs (the pending ids taken from the slot before). */
     struct Flight {
-        int n;
+        int n, native;          /* native: by Backend.submit (else run at submit) */
         int *row_of_seq;        /* [max_num_seqs]: seq i's row in logits, or -1 */
         Sequence **seqs;        /* [max_num_seqs] (the logits hook) */
         int32_t *out_ids;       /* [max_num_seqs] */
@@ -219,7 +219,8 @@ int model_runner_submit(ModelRunner *r, Sequence **seqs, int n, int is_prefill) 
     Backend *b = r->backend;
     int rc = 0;
     double t0 = now_seconds();
-    if (b->submit) {
+    f->native = b->submit && !r->hook; /* logits mode: forward, which copies the rows out */
+    if (f->native) {
         rc = b->submit(b, in);
     } else { /* at once: the pending ids are known, the step before ran at its submit */
         if (in->input_rows) {
@@ -246,7 +247,7 @@ int model_runner_collect(ModelRunner *r, SampledToken *out) {
     r->fl_head = (r->fl_head + 1) % 2;
     r->fl_count--;
     int rc = 0;
-    if (r->backend->submit) {
+    if (f->native) {
         StepOutputs so = outputs_of(r, f);
         double t0 = now_seconds();
         rc = r->backend->collect(r->backend, &so);

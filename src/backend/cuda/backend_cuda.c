@@ -167,6 +167,15 @@ typedef struct {
     int32_t *d_tok, *h_tok, *d_top, *h_top;
     float *d_lp, *h_lp, *d_tlp, *h_tlp;
     void *d_sampler_scratch;
+    /* Asynchronous steps (cuda_submit, cuda_collect). h_in holds two staging sets of in_bytes;
+     * the h_* arrays point into set `set`; each step takes the other set from the one before,
+     * and set_done[k] is recorded after the last operation of the step that staged set k. */
+    int set;
+    cudaEvent_t set_done[2];
+    int *h_lpk[2];        /* per set: each logits row's num_logprobs */
+    int set_rows[2];      /* per set: its step's logits rows */
+    int fl_set[2], fl_head, fl_count; /* the sets of the steps submitted, not collected */
+    int prev_set;         /* the set of the step staged last (-1: none yet) */
 
     void *d_kv; /* owned: [2, L, num_blocks, block_size, kvh, hd] of kvdt */
     DType kvdt;
@@ -465,6 +474,40 @@ static unsigned skip_classes(void) {
 }
 
 /* The activation workspace, the step inputs and the sampler's buffers (device and pinned). */
+/* Carves the step-input arrays out of base (NULL: only counts), the device's (dev) or a host
+ * staging set; returns their bytes. */
+static size_t carve_inputs(CudaBackend *c, char *base, int dev) {
+    const size_t T = (size_t)c->Tmax, S = (size_t)c->Smax;
+    size_t off = 0;
+    int32_t *ids = carve(base, &off, T * 4), *pos = carve(base, &off, T * 4);
+    int64_t *slots = carve(base, &off, T * 8);
+    int32_t *cu = carve(base, &off, (S + 1) * 4), *ctx = carve(base, &off, S * 4),
+            *lidx = carve(base, &off, S * 4);
+    int32_t *tables = carve(base, &off, S * (size_t)c->max_blocks * 4);
+    CudaSamplingRow *rows = carve(base, &off, S * sizeof(CudaSamplingRow));
+    int32_t *hist = carve(base, &off, (size_t)c->hist_cap * 4);
+    int32_t *tok = carve(base, &off, S * 4), *top = carve(base, &off, S * CUDA_SAMPLER_MAX_LOGPROBS * 4);
+    float *lp = carve(base, &off, S * 4), *tlp = carve(base, &off, S * CUDA_SAMPLER_MAX_LOGPROBS * 4);
+    int32_t *order = carve(base, &off, S * 4);
+    if (!base) return off;
+    if (dev) {
+        c->d_ids = ids, c->d_pos = pos, c->d_slots = slots, c->d_cu_q = cu, c->d_ctx = ctx;
+        c->d_lidx = lidx, c->d_tables = tables, c->d_rows = rows, c->d_hist = hist;
+        c->d_tok = tok, c->d_top = top, c->d_lp = lp, c->d_tlp = tlp, c->d_order = order;
+    } else {
+        c->h_ids = ids, c->h_pos = pos, c->h_slots = slots, c->h_cu_q = cu, c->h_ctx = ctx;
+        c->h_lidx = lidx, c->h_tables = tables, c->h_rows = rows, c->h_hist = hist;
+        c->h_tok = tok, c->h_top = top, c->h_lp = lp, c->h_tlp = tlp, c->h_order = order;
+    }
+    return off;
+}
+
+/* Points the h_* arrays at host staging set k. */
+static void staging_use(CudaBackend *c, int k) {
+    c->set = k;
+    carve_inputs(c, (char *)c->h_in + (size_t)k * c->in_bytes, 0);
+}
+
 static int alloc_workspace(CudaBackend *c) {
     {
         const char *e = getenv("CVLLM_CUDA_DEC_ORDER");
@@ -531,60 +574,35 @@ static int alloc_workspace(CudaBackend *c) {
     c->silu_pair = fusion_on("silu") &&
                    gemv_cuda_supported(c->adt, 1, c->H, c->h, c->layers[0].gu_w) &&
                    gemv_silu_pair_one_wave(c->adt, c->I, c->num_sms);
-    /* step inputs: the same layout on both sides, so each array is one copy */
+    /* step inputs: the same layout on both sides, so each array is one copy; two host sets,
+     * so that a step can be staged while the one before still reads its set (cuda_submit) */
     c->hist_cap = (int64_t)c->Smax * (c->opt.max_model_len + 1);
-    for (int pass = 0; pass < 2; pass++) {
-        for (int side = 0; side < 2; side++) {
-            char *base = pass ? (side ? c->h_in : c->d_in) : NULL;
-            size_t off = 0;
-            int32_t *ids = carve(base, &off, T * 4), *pos = carve(base, &off, T * 4);
-            int64_t *slots = carve(base, &off, T * 8);
-            int32_t *cu = carve(base, &off, (S + 1) * 4), *ctx = carve(base, &off, S * 4),
-                    *lidx = carve(base, &off, S * 4);
-            int32_t *tables = carve(base, &off, S * (size_t)c->max_blocks * 4);
-            CudaSamplingRow *rows = carve(base, &off, S * sizeof(CudaSamplingRow));
-            int32_t *hist = carve(base, &off, (size_t)c->hist_cap * 4);
-            int32_t *tok = carve(base, &off, S * 4),
-                    *top = carve(base, &off, S * CUDA_SAMPLER_MAX_LOGPROBS * 4);
-            float *lp = carve(base, &off, S * 4),
-                  *tlp = carve(base, &off, S * CUDA_SAMPLER_MAX_LOGPROBS * 4);
-            int32_t *order = carve(base, &off, S * 4);
-            if (pass == 0) {
-                c->in_bytes = off;
-                break;
-            }
-            if (side == 0) {
-                c->d_ids = ids, c->d_pos = pos, c->d_slots = slots, c->d_cu_q = cu, c->d_ctx = ctx;
-                c->d_lidx = lidx, c->d_tables = tables, c->d_rows = rows, c->d_hist = hist;
-                c->d_tok = tok, c->d_top = top, c->d_lp = lp, c->d_tlp = tlp, c->d_order = order;
-            } else {
-                c->h_ids = ids, c->h_pos = pos, c->h_slots = slots, c->h_cu_q = cu, c->h_ctx = ctx;
-                c->h_lidx = lidx, c->h_tables = tables, c->h_rows = rows, c->h_hist = hist;
-                c->h_tok = tok, c->h_top = top, c->h_lp = lp, c->h_tlp = tlp, c->h_order = order;
-            }
-        }
-        if (pass == 0) {
-            cudaError_t e = cudaMalloc(&c->d_in, c->in_bytes);
-            if (e == cudaSuccess) e = cudaMallocHost(&c->h_in, c->in_bytes);
-            if (e != cudaSuccess) {
-                cudaGetLastError();
-                return cvllm_errorf(CVLLM_ENOMEM,
-                                    "cuda backend: %.1f MiB of step buffers cannot "
-                                    "be allocated",
-                                    c->in_bytes / 1048576.0);
-            }
-            const char *ie = getenv("CVLLM_CUDA_INPUTS");
-            void *dp = NULL;
-            if (!(ie && strcmp(ie, "copy") == 0) &&
-                cudaHostGetDevicePointer(&dp, c->h_in, 0) == cudaSuccess)
-                c->h_in_dev = dp;
-            cudaGetLastError();
-        }
+    c->in_bytes = carve_inputs(c, NULL, 0);
+    cudaError_t e = cudaMalloc(&c->d_in, c->in_bytes);
+    if (e == cudaSuccess) e = cudaMallocHost(&c->h_in, 2 * c->in_bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return cvllm_errorf(CVLLM_ENOMEM, "cuda backend: %.1f MiB of step buffers cannot be allocated",
+                            3 * c->in_bytes / 1048576.0);
     }
+    carve_inputs(c, c->d_in, 1);
+    staging_use(c, 0);
+    const char *ie = getenv("CVLLM_CUDA_INPUTS");
+    void *dp = NULL;
+    if (!(ie && strcmp(ie, "copy") == 0) && cudaHostGetDevicePointer(&dp, c->h_in, 0) == cudaSuccess)
+        c->h_in_dev = dp;
+    cudaGetLastError();
+    for (int k = 0; k < 2; k++) {
+        c->h_lpk[k] = xmalloc((size_t)c->Smax * sizeof(int));
+        CUDA_TRY(cudaEventCreateWithFlags(&c->set_done[k], cudaEventDisableTiming));
+    }
+    c->prev_set = -1;
     return gemm_create(&c->gemm, c->gemm_ws, GEMM_WS_BYTES);
 }
 
 static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out);
+static int cuda_submit(Backend *b, const StepInputs *in);
+static int cuda_collect(Backend *b, StepOutputs *out);
 static int64_t cuda_kv_block_bytes(Backend *b, int block_size, DType dtype);
 static DType cuda_kv_default_dtype(Backend *b);
 static int64_t cuda_kv_budget_bytes(Backend *b);
@@ -757,6 +775,10 @@ static int cuda_create_rank(const ModelConfig *cfg, const ModelWeights *w, const
     if ((rc = load_weights(c, w))) goto fail;
     double t1 = now_seconds();
     if ((rc = alloc_workspace(c))) goto fail;
+    if (world == 1 && c->h_in_dev && !c->prof.on) { /* profiles time whole steps, one at a time */
+        b->submit = cuda_submit;
+        b->collect = cuda_collect;
+    }
 #ifdef CVLLM_HAVE_NCCL
     if (world > 1) { /* every rank at once; then rank 0 hears that the others are ready */
         if ((rc = tp_nccl_init(c->tp, c->dev))) goto fail;
@@ -815,6 +837,10 @@ static void cuda_destroy(Backend *b) {
         cudaFree(c->d_ws);
         cudaFree(c->d_in);
         cudaFreeHost(c->h_in);
+        for (int k = 0; k < 2; k++) {
+            free(c->h_lpk[k]);
+            if (c->set_done[k]) cudaEventDestroy(c->set_done[k]);
+        }
         cudaFree(c->d_kv);
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c->layers);
@@ -1031,7 +1057,8 @@ static const void *mapped(const CudaBackend *c, const void *h) {
  * qwen3-0.6b's 40,960 at block 16: 2.6 MB a step at 256 sequences, most of it never read) and a
  * batch uses its longest context's blocks, so larger tables go by one strided copy of those
  * columns. */
-static int copy_inputs(CudaBackend *c, int T, int S, int n_logits, int order) {
+static int copy_inputs(CudaBackend *c, int T, int S, int n_logits, int order,
+                       const int32_t *ids_from) {
     cudaStream_t st = c->stream;
     int w = 0; /* the table columns in use */
     for (int s = 0; s < S; s++) {
@@ -1040,7 +1067,7 @@ static int copy_inputs(CudaBackend *c, int T, int S, int n_logits, int order) {
     }
     const size_t pitch = (size_t)c->max_blocks * 4;
     const size_t span = w > 0 ? (size_t)(S - 1) * pitch + (size_t)w * 4 : 0; /* from row 0's */
-    CopySegments g = {.n = 0}; /* from the pinned buffer */
+    CopySegments g = {.n = 0, .ids_from = ids_from}; /* from the pinned buffer */
 #define SEG(d, h, nb) (g.src[g.n] = (h), g.dst[g.n] = (d), g.bytes[g.n++] = (int64_t)(nb))
     SEG(c->d_ids, c->h_ids, (size_t)T * 4);
     SEG(c->d_pos, c->h_pos, (size_t)T * 4);
@@ -1056,6 +1083,7 @@ static int copy_inputs(CudaBackend *c, int T, int S, int n_logits, int order) {
                                    (size_t)S, cudaMemcpyHostToDevice, st));
 #undef SEG
     if (!c->h_in_dev) { /* no mapping: a copy-engine operation each */
+        if (ids_from) return cvllm_errorf(CVLLM_EINVAL, "cuda backend: pending ids, no mapping");
         for (int i = 0; i < g.n; i++)
             CUDA_TRY(cudaMemcpyAsync(g.dst[i], g.src[i], (size_t)g.bytes[i],
                                      cudaMemcpyHostToDevice, st));
@@ -1149,7 +1177,7 @@ static int measure_step(CudaBackend *c) {
     const DType saved_dt = c->kvdt;
     c->block_size = bs;
     c->kvdt = c->adt;
-    int rc = copy_inputs(c, T, S, S, 0);
+    int rc = copy_inputs(c, T, S, S, 0, NULL);
     ModelLaunch m = {.T = T,
                      .S = S,
                      .max_q = maxq,
@@ -1320,7 +1348,7 @@ static int cuda_warmup(Backend *b) {
         pad_lanes(c, 0, B);
         for (int s = 0; s < B; s++)
             c->h_tables[(size_t)s * c->max_blocks] = 0;
-        TRY(copy_inputs(c, B, B, B, stage_order(c, B)));
+        TRY(copy_inputs(c, B, B, B, stage_order(c, B), NULL));
         AttentionParams ap = {.n_heads = c->heads,
                               .n_kv_heads = c->kvh,
                               .hd = c->hd,
@@ -1433,10 +1461,11 @@ typedef struct {
     int32_t T, S, n, max_q, max_k, decode, bucket; /* bucket: the graph's index, or -1 (eager) */
 } StepLaunch;
 
-/* Copies the staged inputs to the device and enqueues the model (embedding .. logits). */
-static int launch_step(CudaBackend *c, const StepLaunch *sl) {
+/* Copies the staged inputs to the device and enqueues the model (embedding .. logits). ids_from:
+ * NULL, or where the step before's sampled ids are (staged ids -(r + 1) read from there). */
+static int launch_step(CudaBackend *c, const StepLaunch *sl, const int32_t *ids_from) {
     PROF(c, PC_INPUTS);
-    TRY(copy_inputs(c, sl->T, sl->S, sl->n, sl->decode && stage_order(c, sl->S)));
+    TRY(copy_inputs(c, sl->T, sl->S, sl->n, sl->decode && stage_order(c, sl->S), ids_from));
     if (sl->bucket >= 0) {
         PROF(c, PC_GRAPH);
         CUDA_TRY(cudaGraphLaunch(c->graphs[sl->bucket], c->stream));
@@ -1507,21 +1536,36 @@ static int worker_step(CudaBackend *c, const char *msg, size_t n) {
         GET(c->h_tables + (size_t)s * c->max_blocks, (size_t)nb * 4);
     }
 #undef GET
-    TRY(launch_step(c, &sl));
+    TRY(launch_step(c, &sl, NULL));
     return sync_stream(c);
 }
 #endif
 
-static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
-    CudaBackend *c = b->ctx;
-    int rc = validate(c, in);
-    if (rc) return rc;
-    CUDA_TRY(cudaSetDevice(c->dev)); /* the engine may step on another thread than create's */
+/* Stages a step in the other host set and enqueues it: inputs, the model, the sampler, and
+ * the outputs' way back (into the set, where they are read once set_done[set] has passed).
+ * logits: NULL, or where the raw rows go too (golden tests). */
+static int enqueue_step(CudaBackend *c, const StepInputs *in, float *logits) {
     const int T = in->num_tokens, S = in->num_seqs, n = in->num_logits;
     const int decode = in->max_seqlen_q == 1; /* one new token per sequence */
+    const int prev = c->prev_set;
+    if (in->input_rows) { /* pending ids: the rows of the step staged before, on the device */
+        if (prev < 0 || !c->h_in_dev)
+            return cvllm_errorf(CVLLM_EINVAL, "cuda backend: pending ids without a step before");
+        for (int t = 0; t < T; t++)
+            if (in->input_rows[t] >= c->set_rows[prev])
+                return cvllm_errorf(CVLLM_EINVAL, "cuda backend: token %d: input row %d of %d", t,
+                                    in->input_rows[t], c->set_rows[prev]);
+    }
+    staging_use(c, prev >= 0 ? 1 - prev : 0); /* not the set of a step that may be running */
+    const int32_t *ids_from = NULL;
+    if (in->input_rows) /* the other set's sampled ids */
+        ids_from = (const int32_t *)mapped(c, (char *)c->h_tok - (ptrdiff_t)(c->set - prev) *
+                                                                      (ptrdiff_t)c->in_bytes);
     prof_begin(c);
     /* stage the inputs in pinned memory (tables repacked to this backend's row stride) */
     memcpy(c->h_ids, in->input_ids, (size_t)T * 4);
+    for (int t = 0; ids_from && t < T; t++)
+        if (in->input_rows[t] >= 0) c->h_ids[t] = -in->input_rows[t] - 1;
     memcpy(c->h_pos, in->positions, (size_t)T * 4);
     memcpy(c->h_slots, in->slot_mapping, (size_t)T * 8);
     memcpy(c->h_cu_q, in->cu_seqlens_q, (size_t)(S + 1) * 4);
@@ -1545,31 +1589,32 @@ static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
         sl.T = sl.S = sl.n = B;
         sl.bucket = bi;
     }
+    c->prev_set = c->set;
+    c->set_rows[c->set] = n;
 #ifdef CVLLM_HAVE_NCCL
-    if (c->tp && (rc = send_step(c, &sl))) goto failed;
+    if (c->tp) TRY(send_step(c, &sl));
 #endif
-    if ((rc = launch_step(c, &sl))) goto failed;
+    TRY(launch_step(c, &sl, ids_from));
     if (n == 0) {
         PROF(c, PC_INPUTS); /* the end mark */
-        if ((rc = sync_stream(c))) goto failed;
-        prof_end(c, decode, T);
         return 0;
     }
     PROF(c, PC_SAMPLER);
-    if ((rc = stage_sampling(c, in))) goto failed;
+    TRY(stage_sampling(c, in));
     /* mapped: the rows read from, and the tokens written to, the pinned buffers themselves (two
      * copy-engine operations fewer) */
     const CudaSamplingRow *rows = c->h_in_dev ? mapped(c, c->h_rows) : c->d_rows;
     int32_t *tok = c->h_in_dev ? (int32_t *)mapped(c, c->h_tok) : c->d_tok;
-    if ((rc = sampler_cuda(c->logits, n, c->V, rows, c->h_rows, c->d_hist, tok, c->d_lp, c->d_top,
-                           c->d_tlp, c->d_sampler_scratch, c->stream)))
-        goto failed;
+    TRY(sampler_cuda(c->logits, n, c->V, rows, c->h_rows, c->d_hist, tok, c->d_lp, c->d_top,
+                     c->d_tlp, c->d_sampler_scratch, c->stream));
     cudaStream_t st = c->stream;
     if (!c->h_in_dev)
         CUDA_TRY(cudaMemcpyAsync(c->h_tok, c->d_tok, (size_t)n * 4, cudaMemcpyDeviceToHost, st));
     int any_lp = 0;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        c->h_lpk[c->set][i] = in->sampling[i].num_logprobs;
         any_lp |= in->sampling[i].num_logprobs >= 0;
+    }
     if (any_lp) {
         CUDA_TRY(cudaMemcpyAsync(c->h_lp, c->d_lp, (size_t)n * 4, cudaMemcpyDeviceToHost, st));
         CUDA_TRY(cudaMemcpyAsync(c->h_top, c->d_top, (size_t)n * CUDA_SAMPLER_MAX_LOGPROBS * 4,
@@ -1577,33 +1622,81 @@ static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
         CUDA_TRY(cudaMemcpyAsync(c->h_tlp, c->d_tlp, (size_t)n * CUDA_SAMPLER_MAX_LOGPROBS * 4,
                                  cudaMemcpyDeviceToHost, st));
     }
-    if (out->logits) /* golden tests only: the whole rows cross to the host */
-        CUDA_TRY(cudaMemcpyAsync(out->logits, c->logits, (size_t)n * c->V * 4,
-                                 cudaMemcpyDeviceToHost, st));
+    if (logits) /* golden tests only: the whole rows cross to the host */
+        CUDA_TRY(cudaMemcpyAsync(logits, c->logits, (size_t)n * c->V * 4, cudaMemcpyDeviceToHost,
+                                 st));
     PROF(c, PC_SAMPLER); /* the end mark */
-    if ((rc = sync_stream(c))) goto failed;
-    prof_end(c, decode, T);
-    memcpy(out->token_ids, c->h_tok, (size_t)n * 4);
-    for (int i = 0; i < n && any_lp; i++) {
-        const int k = in->sampling[i].num_logprobs;
-        if (k < 0) continue;
-        if (out->logprobs) out->logprobs[i] = c->h_lp[i];
-        for (int j = 0; j < k && j < CUDA_SAMPLER_MAX_LOGPROBS; j++) {
-            if (out->top_ids)
-                out->top_ids[(size_t)i * CVLLM_MAX_LOGPROBS + j] =
-                    c->h_top[(size_t)i * CUDA_SAMPLER_MAX_LOGPROBS + j];
-            if (out->top_logprobs)
-                out->top_logprobs[(size_t)i * CVLLM_MAX_LOGPROBS + j] =
-                    c->h_tlp[(size_t)i * CUDA_SAMPLER_MAX_LOGPROBS + j];
+    return 0;
+}
+
+/* The results of the step staged in set k (once it has run) into out. */
+static void copy_outputs(const CudaBackend *c, int k, StepOutputs *out) {
+    const size_t base = (size_t)(k - c->set) * c->in_bytes; /* from the current set's arrays */
+    const int32_t *tok = (const int32_t *)((const char *)c->h_tok + base);
+    const float *lp = (const float *)((const char *)c->h_lp + base);
+    const int32_t *top = (const int32_t *)((const char *)c->h_top + base);
+    const float *tlp = (const float *)((const char *)c->h_tlp + base);
+    const int n = c->set_rows[k];
+    memcpy(out->token_ids, tok, (size_t)n * 4);
+    for (int i = 0; i < n; i++) {
+        const int nk = c->h_lpk[k][i];
+        if (nk < 0) continue;
+        if (out->logprobs) out->logprobs[i] = lp[i];
+        for (int j = 0; j < nk && j < CUDA_SAMPLER_MAX_LOGPROBS; j++) {
+            const size_t from = (size_t)i * CUDA_SAMPLER_MAX_LOGPROBS + j,
+                         to = (size_t)i * CVLLM_MAX_LOGPROBS + j;
+            if (out->top_ids) out->top_ids[to] = top[from];
+            if (out->top_logprobs) out->top_logprobs[to] = tlp[from];
         }
     }
-    return 0;
-failed:
+}
+
+static int step_failed(Backend *b, int rc) {
+    CudaBackend *c = b->ctx;
     c->prof.active = 0;
 #ifdef CVLLM_HAVE_NCCL
     if (c->tp && tp_failed(c->tp)) b->broken = 1; /* a rank is gone: no step can run again */
 #endif
     return rc;
+}
+
+static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
+    CudaBackend *c = b->ctx;
+    int rc = validate(c, in);
+    if (rc) return rc;
+    if (c->fl_count) return cvllm_errorf(CVLLM_EINVAL, "cuda backend: forward with steps in flight");
+    CUDA_TRY(cudaSetDevice(c->dev)); /* the engine may step on another thread than create's */
+    if ((rc = enqueue_step(c, in, out->logits)) || (rc = sync_stream(c))) return step_failed(b, rc);
+    prof_end(c, in->max_seqlen_q == 1, in->num_tokens);
+    copy_outputs(c, c->set, out);
+    return 0;
+}
+
+/* Asynchronous steps (one GPU, inputs mapped, no profile): each its own staging set, its end
+ * marked by that set's event; collect waits for the oldest. */
+static int cuda_submit(Backend *b, const StepInputs *in) {
+    CudaBackend *c = b->ctx;
+    int rc = validate(c, in);
+    if (rc) return rc;
+    if (c->fl_count >= 2)
+        return cvllm_errorf(CVLLM_EINVAL, "cuda backend: a third step submitted before a collect");
+    CUDA_TRY(cudaSetDevice(c->dev));
+    if ((rc = enqueue_step(c, in, NULL))) return step_failed(b, rc);
+    CUDA_TRY(cudaEventRecord(c->set_done[c->set], c->stream));
+    c->fl_set[(c->fl_head + c->fl_count++) % 2] = c->set;
+    return 0;
+}
+
+static int cuda_collect(Backend *b, StepOutputs *out) {
+    CudaBackend *c = b->ctx;
+    if (c->fl_count == 0) return cvllm_errorf(CVLLM_EINVAL, "cuda backend: nothing to collect");
+    const int k = c->fl_set[c->fl_head];
+    c->fl_head = (c->fl_head + 1) % 2;
+    c->fl_count--;
+    CUDA_TRY(cudaSetDevice(c->dev));
+    CUDA_TRY(cudaEventSynchronize(c->set_done[k]));
+    copy_outputs(c, k, out);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- tensor-parallel worker */

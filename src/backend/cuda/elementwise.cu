@@ -312,6 +312,15 @@ __global__ void copy_segments_kernel(CopySegments c) {
     const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     for (int i = 0; i < c.n; i++) {
         const int64_t nb = c.bytes[i];
+        if (i == 0 && c.ids_from) { /* token ids, some of them the step before's samples */
+            const int32_t *s = (const int32_t *)c.src[0];
+            int32_t *d = (int32_t *)c.dst[0];
+            for (int64_t k = tid; k < nb / 4; k += stride) {
+                const int32_t v = s[k];
+                d[k] = v < 0 ? c.ids_from[-(int64_t)v - 1] : v;
+            }
+            continue;
+        }
         const bool v16 = (((uintptr_t)c.src[i] | (uintptr_t)c.dst[i]) & 15) == 0;
         int64_t done = 0;
         if (v16) {
