@@ -875,7 +875,8 @@ static void test_copy_segments(void **state) {
     const int32_t *gid = (const int32_t *)got, *raw = (const int32_t *)(got + 4096);
     for (int t = 0; t < 300; t++) {
         const int32_t want = t % 3 == 1 ? 50000 + t % 7 : 1000 + t;
-        if (gid[t] != want) fail_msg("copy_segments ids_from: id %d is %d, not %d", t, gid[t], want);
+        if (gid[t] != want)
+            fail_msg("copy_segments ids_from: id %d is %d, not %d", t, gid[t], want);
         if (raw[t] != ids[t]) fail_msg("copy_segments ids_from: segment 1 word %d changed", t);
     }
     cudaFree(d);
@@ -1553,6 +1554,19 @@ static int cpu_sample(const float *raw, int V, const RefRow *r, float *lp, int32
 /* run_sampler hands sampler_cuda the host rows (so that few plain rows take the cluster kernel)
  * when set; else NULL (the one-block kernel for every row) */
 static int g_sampler_host_rows;
+/* run_sampler hands sampler_cuda bf16 logits (the top halves of the f32 values, which the caller
+ * rounded to bf16 first: round_bf16) when set */
+static int g_sampler_bf16;
+
+/* x rounded to bf16 precision in place (to nearest even; NaN and infinities kept) */
+static void round_bf16(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x7fffu + ((u >> 16) & 1)) & 0xffff0000u;
+        memcpy(&x[i], &u, 4);
+    }
+}
 
 static void run_sampler(const float *logits, int n, int V, const RefRow *rr, int32_t *tok,
                         float *lp, int32_t *top_ids, float *top_lp) {
@@ -1581,7 +1595,19 @@ static void run_sampler(const float *logits, int n, int V, const RefRow *rr, int
         memcpy(ids + nid, a->ids, (size_t)(a->num_prompt + a->num_output) * 4);
         nid += a->num_prompt + a->num_output;
     }
-    float *dl = dev_upload(logits, (size_t)n * V * 4);
+    void *dl;
+    if (g_sampler_bf16) {
+        uint16_t *h = xmalloc((size_t)n * V * 2);
+        for (int64_t i = 0; i < (int64_t)n * V; i++) {
+            uint32_t u;
+            memcpy(&u, &logits[i], 4);
+            h[i] = (uint16_t)(u >> 16);
+        }
+        dl = dev_upload(h, (size_t)n * V * 2);
+        free(h);
+    } else {
+        dl = dev_upload(logits, (size_t)n * V * 4);
+    }
     CudaSamplingRow *drows = dev_upload(rows, n * sizeof *rows);
     int32_t *dids = dev_upload(ids, (nid + 1) * 4);
     int32_t *dtok = dev_poisoned(n * 4),
@@ -1591,8 +1617,9 @@ static void run_sampler(const float *logits, int n, int V, const RefRow *rr, int
     void *scratch = NULL;
     CK(cudaMalloc(&scratch, sampler_cuda_scratch_bytes(n, V)));
     CK(cudaMemset(scratch, 0, sampler_cuda_scratch_bytes(n, V)));
-    OK(sampler_cuda(dl, n, V, drows, g_sampler_host_rows ? rows : NULL, dids, dtok, dlp, dtop,
-                    dtlp, scratch, g_stream));
+    OK(sampler_cuda(dl, g_sampler_bf16 ? DTYPE_BF16 : DTYPE_F32, n, V, drows,
+                    g_sampler_host_rows ? rows : NULL, dids, dtok, dlp, dtop, dtlp, scratch,
+                    g_stream));
     dev_download(tok, dtok, n * 4);
     dev_download(lp, dlp, n * 4);
     if (top_ids) dev_download(top_ids, dtop, (size_t)n * CUDA_SAMPLER_MAX_LOGPROBS * 4);
@@ -1611,11 +1638,13 @@ static void run_sampler(const float *logits, int n, int V, const RefRow *rr, int
 static void test_sampler_rows(void **state) {
     (void)state;
     const int Vs[] = {1000, 151936};
-    for (int vi = 0; vi < 2; vi++) {
-        const int V = Vs[vi], n = 48;
+    for (int vi = 0; vi < 4; vi++) { /* 2, 3: bf16 logits */
+        const int V = Vs[vi % 2], n = 48;
+        g_sampler_bf16 = vi >= 2;
         float *logits = xmalloc((size_t)n * V * 4);
         for (int64_t i = 0; i < (int64_t)n * V; i++)
             logits[i] = 4 * frand();
+        if (g_sampler_bf16) round_bf16(logits, (int64_t)n * V); /* the references see these */
         /* ties, -inf, NaN in some rows */
         for (int i = 0; i < V; i += 3)
             logits[1 * V + i] = 1.0f;
@@ -1702,11 +1731,12 @@ static void test_sampler_rows(void **state) {
             }
             free(idx);
         }
-        printf("  sampler V %d: %d of %d rows differ from the reference, %d from the CPU sampler\n",
-               V, mism, n, mism_cpu);
+        printf("  sampler V %d%s: %d of %d rows differ from the reference, %d from the CPU "
+               "sampler\n", V, g_sampler_bf16 ? " (bf16 logits)" : "", mism, n, mism_cpu);
         assert_true(mism <= 1 && mism_cpu <= 1);
         free(logits);
     }
+    g_sampler_bf16 = 0;
 }
 
 static void test_sampler_distribution(void **state) {
@@ -1922,11 +1952,13 @@ static void test_sampler_cluster(void **state) {
             }
             int32_t tok[2][16];
             float lp[2][16];
+            g_sampler_bf16 = rep % 2; /* bf16 logits (both kernels) */
+            if (g_sampler_bf16) round_bf16(logits, (int64_t)n * V);
             for (int way = 0; way < 2; way++) {
                 g_sampler_host_rows = way;
                 run_sampler(logits, n, V, rr, tok[way], lp[way], NULL, NULL);
             }
-            g_sampler_host_rows = 0;
+            g_sampler_host_rows = g_sampler_bf16 = 0;
             for (int r = 0; r < n; r++) {
                 if (tok[1][r] != tok[0][r])
                     fail_msg("cluster sampler V %d rows %d row %d (kind %d): token %d, the "

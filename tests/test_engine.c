@@ -490,7 +490,8 @@ static void mixed_run(int async, MixedOut out[NM], const int32_t stops[NM]) {
             assert_int_equal(m->finish_reason, CVLLM_FINISH_NONE); /* one last output */
             m->num_tokens = o[k].num_tokens;
             memcpy(m->ids, o[k].token_ids, (size_t)o[k].num_tokens * sizeof(int32_t));
-            if (o[k].logprobs) memcpy(m->lp, o[k].logprobs, (size_t)o[k].num_tokens * sizeof(float));
+            if (o[k].logprobs)
+                memcpy(m->lp, o[k].logprobs, (size_t)o[k].num_tokens * sizeof(float));
             m->finish_reason = o[k].finish_reason;
         }
     }

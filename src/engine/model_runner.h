@@ -48,7 +48,7 @@ int model_runner_collect(ModelRunner *r, SampledToken *out);
 double model_runner_forward_seconds(const ModelRunner *r);
 
 /* Logits mode (golden tests): the backend also copies each logits row out, and fn is called
- * with each sampled sequence's raw logits [vocab] after the step (at collect). NULL turns it off. */
+ * with each sampled sequence's raw logits [vocab] after the step (at collect). NULL: off. */
 typedef void (*LogitsHook)(void *ctx, const Sequence *seq, const float *logits, int vocab);
 void model_runner_set_logits_hook(ModelRunner *r, LogitsHook fn, void *ctx);
 

@@ -312,8 +312,10 @@ void scheduler_resolve(Scheduler *s, Sequence **batch, int n, const int32_t *tok
         seq->num_pending = 0;
         if (!is_stop(s, seq, tok)) continue;
         seq->stop_token_id = tok;
-        if (seq->status == SEQ_FINISHED) seq->finish_reason = CVLLM_FINISH_STOP; /* also at length */
-        else scheduler_finish(s, seq, CVLLM_FINISH_STOP); /* running, or preempted meanwhile */
+        if (seq->status == SEQ_FINISHED) /* at its length: a stop id still names the reason */
+            seq->finish_reason = CVLLM_FINISH_STOP;
+        else /* running, or preempted meanwhile */
+            scheduler_finish(s, seq, CVLLM_FINISH_STOP);
     }
 }
 

@@ -127,7 +127,12 @@ typedef struct {
     void *g;       /* [Tmax, I] (adt) */
     float *xl;     /* [Smax, H] rows whose logits are wanted */
     void *hl;      /* [Smax, H] (adt) */
-    float *logits; /* [Smax, V] */
+    float *logits; /* [Smax, V] of ldt (room for f32) */
+    DType ldt;     /* the logits: f32, or with CVLLM_CUDA_LOGITS=bf16 a bf16 model's own dtype
+                    * on one GPU (transformers' and vLLM's rounding in a bf16 run; half the bytes
+                    * lm_head writes and the sampler reads: +0.5-0.8% on the default workloads,
+                    * but further from the f32 references: BENCHMARKS round 24) */
+    uint16_t *h_logits16; /* logits mode: bf16 rows from the device, widened on the host */
     float *logits_shard;  /* [Smax, Vs] this rank's lm_head slice (one GPU: = logits) */
     float *logits_gather; /* rank 0 of several: [world][Smax * Vs] every rank's slice */
     void *attn_ws; /* decode partitions */
@@ -486,8 +491,9 @@ static size_t carve_inputs(CudaBackend *c, char *base, int dev) {
     int32_t *tables = carve(base, &off, S * (size_t)c->max_blocks * 4);
     CudaSamplingRow *rows = carve(base, &off, S * sizeof(CudaSamplingRow));
     int32_t *hist = carve(base, &off, (size_t)c->hist_cap * 4);
-    int32_t *tok = carve(base, &off, S * 4), *top = carve(base, &off, S * CUDA_SAMPLER_MAX_LOGPROBS * 4);
-    float *lp = carve(base, &off, S * 4), *tlp = carve(base, &off, S * CUDA_SAMPLER_MAX_LOGPROBS * 4);
+    const size_t tops = S * CUDA_SAMPLER_MAX_LOGPROBS * 4;
+    int32_t *tok = carve(base, &off, S * 4), *top = carve(base, &off, tops);
+    float *lp = carve(base, &off, S * 4), *tlp = carve(base, &off, tops);
     int32_t *order = carve(base, &off, S * 4);
     if (!base) return off;
     if (dev) {
@@ -567,6 +573,11 @@ static int alloc_workspace(CudaBackend *c) {
         }
     }
     CUDA_TRY(cudaMemset(c->d_sampler_scratch, 0, sampler_cuda_scratch_bytes(c->Smax, c->V)));
+    {
+        const char *le = getenv("CVLLM_CUDA_LOGITS");
+        c->ldt = c->world == 1 && c->adt == DTYPE_BF16 && le && !strcmp(le, "bf16") ? DTYPE_BF16
+                                                                                    : DTYPE_F32;
+    }
     c->fuse_qk = fusion_on("qk");
     c->gudt = fusion_on("gu16") ? c->adt : DTYPE_F32;
     c->residual_acc = fusion_on("res");
@@ -582,14 +593,16 @@ static int alloc_workspace(CudaBackend *c) {
     if (e == cudaSuccess) e = cudaMallocHost(&c->h_in, 2 * c->in_bytes);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        return cvllm_errorf(CVLLM_ENOMEM, "cuda backend: %.1f MiB of step buffers cannot be allocated",
+        return cvllm_errorf(CVLLM_ENOMEM,
+                            "cuda backend: %.1f MiB of step buffers cannot be allocated",
                             3 * c->in_bytes / 1048576.0);
     }
     carve_inputs(c, c->d_in, 1);
     staging_use(c, 0);
     const char *ie = getenv("CVLLM_CUDA_INPUTS");
     void *dp = NULL;
-    if (!(ie && strcmp(ie, "copy") == 0) && cudaHostGetDevicePointer(&dp, c->h_in, 0) == cudaSuccess)
+    if (!(ie && strcmp(ie, "copy") == 0) &&
+        cudaHostGetDevicePointer(&dp, c->h_in, 0) == cudaSuccess)
         c->h_in_dev = dp;
     cudaGetLastError();
     for (int k = 0; k < 2; k++) {
@@ -815,6 +828,7 @@ static void cuda_destroy(Backend *b) {
         if (c->owns_tp) tp_group_close(c->tp);
         free(c->layers);
         free(c->order_keys);
+        free(c->h_logits16);
         free(c);
         free(b);
         return;
@@ -845,6 +859,7 @@ static void cuda_destroy(Backend *b) {
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c->layers);
         free(c->order_keys);
+        free(c->h_logits16);
         free(c);
     }
     free(b);
@@ -1021,8 +1036,8 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
         TRY(residual_rmsnorm_cuda(c->xl, NULL, c->final_norm, c->hl, c->adt, m->num_logits, H, eps,
                                   st));
         PROF(c, PC_LMHEAD);
-        TRY(gemm_cuda(c->gemm, c->logits_shard, c->Vs, c->hl, c->lm_head, c->adt, m->num_logits,
-                      c->Vs, H, st));
+        TRY(gemm_cuda_to(c->gemm, c->logits_shard, c->ldt, c->Vs, c->hl, c->lm_head, c->adt,
+                         m->num_logits, c->Vs, H, st));
         if (c->tp) TRY(tp_gather_logits(c, m->num_logits));
     }
     return 0;
@@ -1605,8 +1620,8 @@ static int enqueue_step(CudaBackend *c, const StepInputs *in, float *logits) {
      * copy-engine operations fewer) */
     const CudaSamplingRow *rows = c->h_in_dev ? mapped(c, c->h_rows) : c->d_rows;
     int32_t *tok = c->h_in_dev ? (int32_t *)mapped(c, c->h_tok) : c->d_tok;
-    TRY(sampler_cuda(c->logits, n, c->V, rows, c->h_rows, c->d_hist, tok, c->d_lp, c->d_top,
-                     c->d_tlp, c->d_sampler_scratch, c->stream));
+    TRY(sampler_cuda(c->logits, c->ldt, n, c->V, rows, c->h_rows, c->d_hist, tok, c->d_lp,
+                     c->d_top, c->d_tlp, c->d_sampler_scratch, c->stream));
     cudaStream_t st = c->stream;
     if (!c->h_in_dev)
         CUDA_TRY(cudaMemcpyAsync(c->h_tok, c->d_tok, (size_t)n * 4, cudaMemcpyDeviceToHost, st));
@@ -1622,9 +1637,14 @@ static int enqueue_step(CudaBackend *c, const StepInputs *in, float *logits) {
         CUDA_TRY(cudaMemcpyAsync(c->h_tlp, c->d_tlp, (size_t)n * CUDA_SAMPLER_MAX_LOGPROBS * 4,
                                  cudaMemcpyDeviceToHost, st));
     }
-    if (logits) /* golden tests only: the whole rows cross to the host */
+    if (logits && c->ldt == DTYPE_BF16) { /* golden tests only: the rows cross to the host */
+        if (!c->h_logits16) c->h_logits16 = xmalloc((size_t)c->Smax * c->V * 2);
+        CUDA_TRY(cudaMemcpyAsync(c->h_logits16, c->logits, (size_t)n * c->V * 2,
+                                 cudaMemcpyDeviceToHost, st));
+    } else if (logits) {
         CUDA_TRY(cudaMemcpyAsync(logits, c->logits, (size_t)n * c->V * 4, cudaMemcpyDeviceToHost,
                                  st));
+    }
     PROF(c, PC_SAMPLER); /* the end mark */
     return 0;
 }
@@ -1664,11 +1684,17 @@ static int cuda_forward(Backend *b, const StepInputs *in, StepOutputs *out) {
     CudaBackend *c = b->ctx;
     int rc = validate(c, in);
     if (rc) return rc;
-    if (c->fl_count) return cvllm_errorf(CVLLM_EINVAL, "cuda backend: forward with steps in flight");
+    if (c->fl_count)
+        return cvllm_errorf(CVLLM_EINVAL, "cuda backend: forward with steps in flight");
     CUDA_TRY(cudaSetDevice(c->dev)); /* the engine may step on another thread than create's */
     if ((rc = enqueue_step(c, in, out->logits)) || (rc = sync_stream(c))) return step_failed(b, rc);
     prof_end(c, in->max_seqlen_q == 1, in->num_tokens);
     copy_outputs(c, c->set, out);
+    if (out->logits && c->ldt == DTYPE_BF16) /* bf16 widens to f32 exactly */
+        for (int64_t i = 0; i < (int64_t)in->num_logits * c->V; i++) {
+            const uint32_t u = (uint32_t)c->h_logits16[i] << 16;
+            memcpy(&out->logits[i], &u, 4);
+        }
     return 0;
 }
 

@@ -583,7 +583,8 @@ static int bench_decode(void) {
 /* ---------------------------------------------------------------- the sampler alone */
 
 typedef struct {
-    const float *logits;
+    const void *logits;
+    DType ldt;
     const CudaSamplingRow *rows;
     const int32_t *ids;
     int32_t *tok;
@@ -596,13 +597,13 @@ typedef struct {
 } SamplerCtx;
 static int sampler_launch(void *ctx, cudaStream_t st) {
     SamplerCtx *c = ctx;
-    return sampler_cuda(c->logits, c->n, c->V, c->rows, c->hrows, c->ids, c->tok, c->lp, c->top,
-                        c->tlp, c->scratch, st);
+    return sampler_cuda(c->logits, c->ldt, c->n, c->V, c->rows, c->hrows, c->ids, c->tok, c->lp,
+                        c->top, c->tlp, c->scratch, st);
 }
 
-/* sampler_cuda on 256, 8 and 1 rows of 151,936 random f32 logits (Qwen3's vocabulary): greedy,
- * and temperature 0.6 alone (no top-k / top-p / min-p / penalties / log-probs); up to 16 rows,
- * the one-block kernel against the cluster kernel the engine takes there */
+/* sampler_cuda on 256, 8 and 1 rows of 151,936 random logits (Qwen3's vocabulary), f32 and bf16:
+ * greedy, and temperature 0.6 alone (no top-k / top-p / min-p / penalties / log-probs); up to 16
+ * rows, the one-block kernel against the cluster kernel the engine takes there */
 static int bench_sampler(cudaStream_t st) {
     const int n = 256, V = 151936;
     const size_t nl = (size_t)n * V;
@@ -626,9 +627,18 @@ static int bench_sampler(cudaStream_t st) {
     BCHECK(cudaMalloc(&scratch, sampler_cuda_scratch_bytes(n, V)));
     BCHECK(cudaMemset(scratch, 0, sampler_cuda_scratch_bytes(n, V)));
     BCHECK(cudaMemcpy(logits, h, nl * 4, cudaMemcpyHostToDevice));
-    free(h);
+    uint16_t *hb = xmalloc(nl * 2); /* the same values rounded to bf16 (none is NaN) */
+    for (size_t i = 0; i < nl; i++) {
+        uint32_t u;
+        memcpy(&u, &h[i], 4);
+        hb[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+    }
+    void *logits16;
+    BCHECK(cudaMalloc(&logits16, nl * 2));
+    BCHECK(cudaMemcpy(logits16, hb, nl * 2, cudaMemcpyHostToDevice));
+    free(h), free(hb);
     CudaSamplingRow *hr = xcalloc(n, sizeof *hr);
-    printf("sampler (rows x %d f32 logits, no top-k / top-p / min-p / penalties / log-probs): "
+    printf("sampler (rows x %d logits, no top-k / top-p / min-p / penalties / log-probs): "
            "ms per call\n",
            V);
     const float temps[] = {0.0f, 0.6f};
@@ -644,19 +654,21 @@ static int bench_sampler(cudaStream_t st) {
                                           .seed = 1234,
                                           .draw_index = (uint64_t)i};
             BCHECK(cudaMemcpy(rows, hr, m * sizeof *hr, cudaMemcpyHostToDevice));
-            for (int kind = 0; kind < (m <= 16 ? 2 : 1); kind++) {
-                SamplerCtx c = {logits,          rows, ids, tok, lp, top, tlp, scratch, m, V,
-                                kind ? hr : NULL};
-                float ms = time_ms(sampler_launch, &c, st, 20);
-                printf("  rows %3d  temperature %.1f  %-7s %8.4f ms  %7.0f GB/s of logits read "
-                       "once\n",
-                       m, temps[ti], kind ? "cluster" : "block", ms,
-                       (double)m * V * 4 / (ms * 1e6));
-            }
+            for (int bf = 0; bf < 2; bf++)
+                for (int kind = 0; kind < (m <= 16 ? 2 : 1); kind++) {
+                    SamplerCtx c = {bf ? logits16 : (const void *)logits,
+                                    bf ? DTYPE_BF16 : DTYPE_F32,
+                                    rows, ids, tok, lp, top, tlp, scratch, m, V, kind ? hr : NULL};
+                    float ms = time_ms(sampler_launch, &c, st, 20);
+                    printf("  rows %3d  temperature %.1f  %-4s %-7s %8.4f ms  %7.0f GB/s of logits "
+                           "read once\n",
+                           m, temps[ti], bf ? "bf16" : "f32", kind ? "cluster" : "block", ms,
+                           (double)m * V * (bf ? 2 : 4) / (ms * 1e6));
+                }
         }
     free(hr);
-    cudaFree(logits), cudaFree(rows), cudaFree(ids), cudaFree(tok), cudaFree(lp), cudaFree(top),
-        cudaFree(tlp), cudaFree(scratch);
+    cudaFree(logits), cudaFree(logits16), cudaFree(rows), cudaFree(ids), cudaFree(tok),
+        cudaFree(lp), cudaFree(top), cudaFree(tlp), cudaFree(scratch);
     return 0;
 }
 

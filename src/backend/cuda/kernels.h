@@ -298,7 +298,8 @@ typedef struct {
 /* Bytes of scratch for rows of vocab (the penalty counts: int32 [rows, vocab], zero between
  * calls: the kernel leaves them as it found them). */
 size_t sampler_cuda_scratch_bytes(int rows, int vocab);
-/* For each row r < n of logits [n, vocab] f32 (never modified): token[r], logprob[r] (the sampled
+/* For each row r < n of logits [n, vocab] of ldt, f32 or bf16 (never modified; read as f32):
+ * token[r], logprob[r] (the sampled
  * id's log-softmax of the raw logits), top_ids/top_logprobs [n, CUDA_SAMPLER_MAX_LOGPROBS] (the
  * first num_logprobs filled). Semantics of backend.h: penalties, temperature, top-k, top-p,
  * min-p, draw with cvllm_uniform(seed, draw_index); temperature 0: argmax. d_scratch zeroed once
@@ -306,7 +307,7 @@ size_t sampler_cuda_scratch_bytes(int rows, int vocab);
 /* h_rows: the host's copy of d_rows, or NULL: with it, up to 16 rows none of which has
  * penalties, top-k, top-p or log-probs each run over a thread-block cluster of 8 blocks instead
  * of one block (sm_90; the same tokens; CVLLM_CUDA_SAMPLER=block: never). */
-int sampler_cuda(const float *d_logits, int n, int vocab, const CudaSamplingRow *d_rows,
+int sampler_cuda(const void *d_logits, DType ldt, int n, int vocab, const CudaSamplingRow *d_rows,
                  const CudaSamplingRow *h_rows, const int32_t *d_ids, int32_t *d_token,
                  float *d_logprob, int32_t *d_top_ids, float *d_top_logprobs, void *d_scratch,
                  cudaStream_t stream);

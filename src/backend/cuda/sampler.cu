@@ -38,16 +38,40 @@
 
 namespace cg = cooperative_groups;
 
-struct Row {
-    const float *x;
+/* A row of logits read as f32: L = float, or uint16_t for bf16 (the model's own logits, as
+ * transformers and vLLM compute them in a bf16 run: half the bytes; widened exactly). The type
+ * is the kernel's template parameter, so the f32 kernel's loads are as they were. */
+template <typename L> struct Logits {
+    const L *p;
+    __device__ __forceinline__ float operator[](int64_t i) const {
+        if constexpr (sizeof(L) == 2) return __uint_as_float((uint32_t)p[i] << 16);
+        else return p[i];
+    }
+    /* ids i .. i + 3 (i a multiple of 4, the row aligned: aligned()) */
+    __device__ __forceinline__ float4 load4(int64_t i) const {
+        if constexpr (sizeof(L) == 2) {
+            const uint2 u = __ldg(reinterpret_cast<const uint2 *>(p + i));
+            return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                               __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+        } else {
+            return __ldg(reinterpret_cast<const float4 *>(p + i));
+        }
+    }
+    __device__ __forceinline__ bool aligned() const {
+        return ((uintptr_t)p & (4 * sizeof(L) - 1)) == 0;
+    }
+};
+
+template <typename L> struct Row {
+    Logits<L> x;
     const int32_t *cnt; /* penalty counts or NULL */
     float rep, freq, pres;
 };
 
 /* The penalized logit of id i whose raw logit is v. PEN = false: the row has no penalties (R.cnt
  * is NULL), known where the pass is compiled, so the pass has no per-token branch on it. */
-template <bool PEN = true>
-__device__ __forceinline__ float eff_logit(const Row &R, float v, int i) {
+template <bool PEN = true, typename RR>
+__device__ __forceinline__ float eff_logit(const RR &R, float v, int i) {
     if (PEN && R.cnt) {
         const int c = R.cnt[i];
         if (c) {
@@ -184,14 +208,14 @@ __device__ __forceinline__ void range_bounds(int lo0, int hi0, int w, int *lo, i
  * used). reverse: the steps from the end of the range (a second pass over a row then starts with
  * what the first read last, which L2 is likeliest to still hold: a guess, not measured). The order
  * of the calls differs from id order: f must only add exact (integer) amounts or take maxima. */
-template <typename F>
-__device__ __forceinline__ void for_range(const float *x, int lo0, int hi0, int w, bool reverse,
+template <typename X, typename F>
+__device__ __forceinline__ void for_range(const X &x, int lo0, int hi0, int w, bool reverse,
                                           F &&f) {
     int lo, hi;
     range_bounds(lo0, hi0, w, &lo, &hi);
     if (lo >= hi) return;
     const int lane = threadIdx.x & 31;
-    const bool vec = ((uintptr_t)x & 15) == 0;
+    const bool vec = x.aligned();
     const int steps = (hi - lo + 511) >> 9;
     for (int s = 0; s < steps; s++) {
         const int base = lo + ((reverse ? steps - 1 - s : s) << 9);
@@ -199,7 +223,7 @@ __device__ __forceinline__ void for_range(const float *x, int lo0, int hi0, int 
             float4 q[4];
 #pragma unroll
             for (int u = 0; u < 4; u++)
-                q[u] = __ldg(reinterpret_cast<const float4 *>(x + base + 128 * u + 4 * lane));
+                q[u] = x.load4(base + 128 * u + 4 * lane);
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 const int i = base + 128 * u + 4 * lane;
@@ -211,7 +235,7 @@ __device__ __forceinline__ void for_range(const float *x, int lo0, int hi0, int 
                 const int i = base + 128 * u + 4 * lane;
                 if (i >= hi) continue;
                 if (vec && i + 4 <= hi) {
-                    const float4 q = __ldg(reinterpret_cast<const float4 *>(x + i));
+                    const float4 q = x.load4(i);
                     f(q.x, i), f(q.y, i + 1), f(q.z, i + 2), f(q.w, i + 3);
                 } else {
                     for (int j = 0; j < 4 && i + j < hi; j++)
@@ -259,8 +283,8 @@ __device__ __forceinline__ int range_of(const Ranges &t, unsigned long long targ
 /* The first id of range w at which the running sum of amount(v, i) (in id order from the range's
  * start) exceeds target; -1 if none. The range is cut into one contiguous piece a thread: one
  * block scan over the pieces' sums names the piece, whose thread walks it again. */
-template <typename F>
-__device__ int range_find(const float *x, int lo0, int hi0, int w, unsigned long long target,
+template <typename X, typename F>
+__device__ int range_find(const X &x, int lo0, int hi0, int w, unsigned long long target,
                           F &&amount) {
     __shared__ int found;
     int lo, hi;
@@ -291,8 +315,8 @@ __device__ int range_find(const float *x, int lo0, int hi0, int w, unsigned long
 
 /* ------------------------------------------------------------------ the kernel */
 
-struct Sampling {
-    Row R;
+template <typename L> struct Sampling {
+    Row<L> R;
     int vocab;
     float m, inv_t, min_w;
     /* a boundary: token i is inside iff key(i) > bkey || (key(i) == bkey && i <= bid);
@@ -304,8 +328,8 @@ struct Sampling {
 };
 
 /* The weight of id i whose raw logit is v: exp((logit - max) / T), in [0, 1]. */
-template <bool PEN = true>
-__device__ __forceinline__ float weight(const Sampling &S, float v, int i) {
+template <bool PEN = true, typename SS>
+__device__ __forceinline__ float weight(const SS &S, float v, int i) {
     float e = expf((eff_logit<PEN>(S.R, v, i) - S.m) * S.inv_t);
     return e >= 0.0f ? e : 0.0f; /* NaN logits never win */
 }
@@ -320,16 +344,16 @@ __device__ __forceinline__ unsigned long long wfix(float w) {
 __device__ __forceinline__ bool inside(uint32_t key, int i, uint32_t bkey, int bid) {
     return key > bkey || (key == bkey && i <= bid);
 }
-__device__ __forceinline__ bool in_topk(const Sampling &S, uint32_t key, int i) {
+template <typename SS> __device__ __forceinline__ bool in_topk(const SS &S, uint32_t key, int i) {
     return inside(key, i, S.k_key, S.k_id);
 }
 /* kept by the last filters: a positive weight, min-p, inside the top-p (within top-k) boundary */
-__device__ __forceinline__ bool kept_w(const Sampling &S, float w, int i) {
+template <typename SS> __device__ __forceinline__ bool kept_w(const SS &S, float w, int i) {
     return w > 0.0f && w >= S.min_w && inside(wkey(w), i, S.p_key, S.p_id);
 }
 
 /* The rank-th (1-based) lowest id among tokens with key == v inside the top-k set (-1: fewer). */
-__device__ int nth_tied_id(const Sampling &S, uint32_t v, int rank) {
+template <typename SS> __device__ int nth_tied_id(const SS &S, uint32_t v, int rank) {
     if (rank < 1) return -1;
     auto tied = [&](float x, int i) -> unsigned long long {
         const uint32_t k = wkey(weight(S, x, i));
@@ -350,7 +374,8 @@ __device__ int nth_tied_id(const Sampling &S, uint32_t v, int rank) {
  * by_mass = 0: the token of rank `need` (1-based) by count; 1: the shortest prefix whose mass
  * reaches `need`. Returns the boundary key and (through *cum_above) the count or mass of the
  * tokens whose key is above it. */
-__device__ uint32_t radix_select(const Sampling &S, int by_mass, unsigned long long need,
+template <typename SS>
+__device__ uint32_t radix_select(const SS &S, int by_mass, unsigned long long need,
                                  unsigned long long *cum_above) {
     __shared__ unsigned long long hist[256];
     __shared__ uint32_t sh_prefix;
@@ -394,15 +419,16 @@ __device__ uint32_t radix_select(const Sampling &S, int by_mass, unsigned long l
     return prefix;
 }
 
+template <typename L>
 __global__ void __launch_bounds__(SAMPLER_THREADS)
-    sampler_kernel(const float *logits, int vocab, const CudaSamplingRow *rows, const int32_t *ids,
+    sampler_kernel(const L *logits, int vocab, const CudaSamplingRow *rows, const int32_t *ids,
                    int32_t *token_out, float *logprob_out, int32_t *top_ids, float *top_lp,
                    int32_t *counts) {
     const int r = blockIdx.x;
     const CudaSamplingRow P = rows[r];
-    Sampling S;
+    Sampling<L> S;
     S.vocab = vocab;
-    S.R.x = logits + (int64_t)r * vocab;
+    S.R.x = {logits + (int64_t)r * vocab};
     S.R.cnt = NULL;
     S.R.rep = P.repetition_penalty;
     S.R.freq = P.frequency_penalty;
@@ -566,17 +592,18 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
 #define SAMPLER_CLUSTER 8
 #define SAMPLER_CLUSTER_MAX_ROWS 16
 
+template <typename L>
 __global__ void __launch_bounds__(SAMPLER_THREADS)
-    sampler_cluster_kernel(const float *logits, int vocab, const CudaSamplingRow *rows,
+    sampler_cluster_kernel(const L *logits, int vocab, const CudaSamplingRow *rows,
                            int32_t *token_out, float *logprob_out) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     cg::cluster_group cluster = cg::this_cluster();
     const int c = (int)cluster.block_rank(), nc = (int)cluster.num_blocks();
     const int r = blockIdx.y, warp = threadIdx.x >> 5;
     const CudaSamplingRow P = rows[r];
-    Sampling S;
+    Sampling<L> S;
     S.vocab = vocab;
-    S.R.x = logits + (int64_t)r * vocab;
+    S.R.x = {logits + (int64_t)r * vocab};
     S.R.cnt = NULL;
     const int slice = ((vocab + nc - 1) / nc + 3) & ~3;
     const int lo = min(c * slice, vocab), hi = min(lo + slice, vocab);
@@ -683,11 +710,15 @@ extern "C" size_t sampler_cuda_scratch_bytes(int rows, int vocab) {
     return (size_t)rows * (size_t)vocab * sizeof(int32_t);
 }
 
-extern "C" int sampler_cuda(const float *d_logits, int n, int vocab, const CudaSamplingRow *d_rows,
-                            const CudaSamplingRow *h_rows, const int32_t *d_ids, int32_t *d_token,
-                            float *d_logprob, int32_t *d_top_ids, float *d_top_logprobs,
-                            void *d_scratch, cudaStream_t stream) {
+extern "C" int sampler_cuda(const void *d_logits, DType ldt, int n, int vocab,
+                            const CudaSamplingRow *d_rows, const CudaSamplingRow *h_rows,
+                            const int32_t *d_ids, int32_t *d_token, float *d_logprob,
+                            int32_t *d_top_ids, float *d_top_logprobs, void *d_scratch,
+                            cudaStream_t stream) {
     if (n <= 0) return 0;
+    if (ldt != DTYPE_F32 && ldt != DTYPE_BF16)
+        return cvllm_errorf(CVLLM_EUNSUPPORTED, "cuda sampler: logits of dtype %d", (int)ldt);
+    const int bf16 = ldt == DTYPE_BF16;
     if (vocab >= (1 << 19))
         return cvllm_errorf(CVLLM_EUNSUPPORTED, "cuda sampler: vocabulary of %d (at most 524287)",
                             vocab);
@@ -703,13 +734,24 @@ extern "C" int sampler_cuda(const float *d_logits, int n, int vocab, const CudaS
         attr[0].val.clusterDim.z = 1;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
-        CUDA_TRY(cudaLaunchKernelEx(&cfg, sampler_cluster_kernel, d_logits, vocab, d_rows, d_token,
-                                    d_logprob));
+        if (bf16)
+            CUDA_TRY(cudaLaunchKernelEx(&cfg, sampler_cluster_kernel<uint16_t>,
+                                        (const uint16_t *)d_logits, vocab, d_rows, d_token,
+                                        d_logprob));
+        else
+            CUDA_TRY(cudaLaunchKernelEx(&cfg, sampler_cluster_kernel<float>,
+                                        (const float *)d_logits, vocab, d_rows, d_token,
+                                        d_logprob));
         return 0;
     }
-    sampler_kernel<<<n, SAMPLER_THREADS, 0, stream>>>(d_logits, vocab, d_rows, d_ids, d_token,
-                                                      d_logprob, d_top_ids, d_top_logprobs,
-                                                      (int32_t *)d_scratch);
+    if (bf16)
+        sampler_kernel<<<n, SAMPLER_THREADS, 0, stream>>>(
+            (const uint16_t *)d_logits, vocab, d_rows, d_ids, d_token, d_logprob, d_top_ids,
+            d_top_logprobs, (int32_t *)d_scratch);
+    else
+        sampler_kernel<<<n, SAMPLER_THREADS, 0, stream>>>(
+            (const float *)d_logits, vocab, d_rows, d_ids, d_token, d_logprob, d_top_ids,
+            d_top_logprobs, (int32_t *)d_scratch);
     CUDA_LAUNCH_TRY();
     return 0;
 }
