@@ -130,7 +130,7 @@ typedef struct {
     float *logits; /* [Smax, V] of ldt (room for f32) */
     DType ldt;     /* the logits: f32, or with CVLLM_CUDA_LOGITS=bf16 a bf16 model's own dtype
                     * on one GPU (transformers' and vLLM's rounding in a bf16 run; half the bytes
-                    * lm_head writes and the sampler reads: +0.5-0.8% on the default workloads,
+                    * lm_head writes and the sampler reads: +0.3-0.5% on the default workloads,
                     * but further from the f32 references: BENCHMARKS round 24) */
     uint16_t *h_logits16; /* logits mode: bf16 rows from the device, widened on the host */
     float *logits_shard;  /* [Smax, Vs] this rank's lm_head slice (one GPU: = logits) */
@@ -478,7 +478,6 @@ static unsigned skip_classes(void) {
     return m;
 }
 
-/* The activation workspace, the step inputs and the sampler's buffers (device and pinned). */
 /* Carves the step-input arrays out of base (NULL: only counts), the device's (dev) or a host
  * staging set; returns their bytes. */
 static size_t carve_inputs(CudaBackend *c, char *base, int dev) {
@@ -514,6 +513,7 @@ static void staging_use(CudaBackend *c, int k) {
     carve_inputs(c, (char *)c->h_in + (size_t)k * c->in_bytes, 0);
 }
 
+/* The activation workspace, the step inputs and the sampler's buffers (device and pinned). */
 static int alloc_workspace(CudaBackend *c) {
     {
         const char *e = getenv("CVLLM_CUDA_DEC_ORDER");
