@@ -507,6 +507,11 @@ static size_t carve_inputs(CudaBackend *c, char *base, int dev) {
     return off;
 }
 
+/* Where host array h of the current staging set lies in set k. */
+static const void *in_set(const CudaBackend *c, const void *h, int k) {
+    return (const char *)h + (ptrdiff_t)(k - c->set) * (ptrdiff_t)c->in_bytes;
+}
+
 /* Points the h_* arrays at host staging set k. */
 static void staging_use(CudaBackend *c, int k) {
     c->set = k;
@@ -1574,8 +1579,7 @@ static int enqueue_step(CudaBackend *c, const StepInputs *in, float *logits) {
     staging_use(c, prev >= 0 ? 1 - prev : 0); /* not the set of a step that may be running */
     const int32_t *ids_from = NULL;
     if (in->input_rows) /* the other set's sampled ids */
-        ids_from = (const int32_t *)mapped(c, (char *)c->h_tok - (ptrdiff_t)(c->set - prev) *
-                                                                      (ptrdiff_t)c->in_bytes);
+        ids_from = (const int32_t *)mapped(c, in_set(c, c->h_tok, prev));
     prof_begin(c);
     /* stage the inputs in pinned memory (tables repacked to this backend's row stride) */
     memcpy(c->h_ids, in->input_ids, (size_t)T * 4);
@@ -1651,11 +1655,8 @@ static int enqueue_step(CudaBackend *c, const StepInputs *in, float *logits) {
 
 /* The results of the step staged in set k (once it has run) into out. */
 static void copy_outputs(const CudaBackend *c, int k, StepOutputs *out) {
-    const size_t base = (size_t)(k - c->set) * c->in_bytes; /* from the current set's arrays */
-    const int32_t *tok = (const int32_t *)((const char *)c->h_tok + base);
-    const float *lp = (const float *)((const char *)c->h_lp + base);
-    const int32_t *top = (const int32_t *)((const char *)c->h_top + base);
-    const float *tlp = (const float *)((const char *)c->h_tlp + base);
+    const int32_t *tok = in_set(c, c->h_tok, k), *top = in_set(c, c->h_top, k);
+    const float *lp = in_set(c, c->h_lp, k), *tlp = in_set(c, c->h_tlp, k);
     const int n = c->set_rows[k];
     memcpy(out->token_ids, tok, (size_t)n * 4);
     for (int i = 0; i < n; i++) {
