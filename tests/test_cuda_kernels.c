@@ -879,6 +879,34 @@ static void test_copy_segments(void **state) {
             fail_msg("copy_segments ids_from: id %d is %d, not %d", t, gid[t], want);
         if (raw[t] != ids[t]) fail_msg("copy_segments ids_from: segment 1 word %d changed", t);
     }
+    /* rows (the block tables' used columns): rows[i] runs of bytes[i], src_pitch / dst_pitch
+     * apart, beside ids with ids_from and a one-run segment; the bytes between the rows and
+     * past the last one untouched */
+    CK(cudaMemset(d, 0xFF, 1 << 20));
+    const int nr = 257, rb = 20;                  /* rows of 5 words */
+    const int64_t sp = 64, dp = 1028, d2 = 65536; /* pitches; where the rows go on the device */
+    CopySegments gr = {.n = 3, .ids_from = (const int32_t *)((uint8_t *)hd + 200000)};
+    gr.src[0] = hd, gr.dst[0] = d, gr.bytes[0] = 300 * 4;
+    gr.src[1] = (const uint8_t *)hd + 4096, gr.dst[1] = d + d2, gr.bytes[1] = rb;
+    gr.rows[1] = nr, gr.src_pitch[1] = sp, gr.dst_pitch[1] = dp;
+    gr.src[2] = (const uint8_t *)hd + 100000, gr.dst[2] = d + 4096, gr.bytes[2] = 4000;
+    OK(copy_segments_cuda(&gr, g_stream));
+    uint8_t *got2 = xmalloc(1 << 20);
+    dev_download(got2, d, 1 << 20);
+    for (int t = 0; t < 300; t++)
+        if (((const int32_t *)got2)[t] != (t % 3 == 1 ? 50000 + t % 7 : 1000 + t))
+            fail_msg("copy_segments rows: id %d wrong", t);
+    if (memcmp(got2 + 4096, h + 100000, 4000)) fail_msg("copy_segments rows: segment 2 differs");
+    for (int64_t k = d2; k < d2 + nr * dp + 64; k++) {
+        const int64_t r = (k - d2) / dp, c = (k - d2) % dp;
+        const uint8_t want = r < nr && c < rb ? h[4096 + r * sp + c] : 0xFF;
+        if (got2[k] != want)
+            fail_msg("copy_segments rows: byte %lld (row %lld, column %lld) is %d, not %d",
+                     (long long)k, (long long)r, (long long)c, got2[k], want);
+    }
+    gr.dst_pitch[1] = 1026; /* not in words */
+    assert_int_not_equal(copy_segments_cuda(&gr, g_stream), 0);
+    free(got2);
     cudaFree(d);
     cudaFreeHost(h);
     free(got);

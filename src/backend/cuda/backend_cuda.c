@@ -1065,9 +1065,22 @@ static const void *mapped(const CudaBackend *c, const void *h) {
     return c->h_in_dev + ((const char *)h - (const char *)c->h_in);
 }
 
-/* Tables spanning up to this many bytes go with the other inputs in copy_segments_cuda's one
- * launch; more by a copy engine (the kernel reads host memory in 16-byte words over PCIe). */
-#define INPUT_TABLES_MAPPED_MAX (16 << 10)
+/* Block tables whose used columns hold up to this many bytes go with the other inputs in
+ * copy_segments_cuda's one launch, as rows of their used columns (the kernel reads host memory
+ * over PCIe, a word a thread, every word in flight at once); more by a copy engine
+ * (cudaMemcpy2DAsync, a row at a time, the GPU idle meanwhile: the fp8 default workload's decode
+ * inputs took 25.8 ms of GPU time that way, 15.3 ms as rows; H200, 2026-11-27, BENCHMARKS.md
+ * round 25). CVLLM_CUDA_TABLES_MAPPED=N bytes sets the limit (0: always the copy engine). */
+#define INPUT_TABLES_MAPPED_MAX (256 << 10)
+static size_t tables_mapped_max(void) {
+    static long long v = -1;
+    if (v < 0) {
+        const char *e = getenv("CVLLM_CUDA_TABLES_MAPPED");
+        v = e && *e ? atoll(e) : INPUT_TABLES_MAPPED_MAX;
+        if (v < 0) v = 0;
+    }
+    return (size_t)v;
+}
 
 /* Copies the staged inputs of T tokens, S sequences, n logits rows (and the decode order, with
  * order) to the device: by one kernel that reads the pinned buffer where it is mapped (a copy
@@ -1085,8 +1098,7 @@ static int copy_inputs(CudaBackend *c, int T, int S, int n_logits, int order,
         const int nb = (c->h_ctx[s] + c->block_size - 1) / c->block_size;
         if (nb > w) w = nb;
     }
-    const size_t pitch = (size_t)c->max_blocks * 4;
-    const size_t span = w > 0 ? (size_t)(S - 1) * pitch + (size_t)w * 4 : 0; /* from row 0's */
+    const size_t pitch = (size_t)c->max_blocks * 4, used = (size_t)S * w * 4;
     CopySegments g = {.n = 0, .ids_from = ids_from}; /* from the pinned buffer */
 #define SEG(d, h, nb) (g.src[g.n] = (h), g.dst[g.n] = (d), g.bytes[g.n++] = (int64_t)(nb))
     SEG(c->d_ids, c->h_ids, (size_t)T * 4);
@@ -1096,11 +1108,13 @@ static int copy_inputs(CudaBackend *c, int T, int S, int n_logits, int order,
     SEG(c->d_ctx, c->h_ctx, (size_t)S * 4);
     if (n_logits > 0) SEG(c->d_lidx, c->h_lidx, (size_t)n_logits * 4);
     if (order) SEG(c->d_order, c->h_order, (size_t)S * 4);
-    if (span > 0 && c->h_in_dev && span <= INPUT_TABLES_MAPPED_MAX)
-        SEG(c->d_tables, c->h_tables, span);
-    else if (span > 0)
+    if (used > 0 && c->h_in_dev && used <= tables_mapped_max()) {
+        g.rows[g.n] = S, g.src_pitch[g.n] = g.dst_pitch[g.n] = (int64_t)pitch;
+        SEG(c->d_tables, c->h_tables, (size_t)w * 4);
+    } else if (used > 0) {
         CUDA_TRY(cudaMemcpy2DAsync(c->d_tables, pitch, c->h_tables, pitch, (size_t)w * 4,
                                    (size_t)S, cudaMemcpyHostToDevice, st));
+    }
 #undef SEG
     if (!c->h_in_dev) { /* no mapping: a copy-engine operation each */
         if (ids_from) return cvllm_errorf(CVLLM_EINVAL, "cuda backend: pending ids, no mapping");

@@ -305,54 +305,71 @@ extern "C" int qk_norm_rope_store_cuda(float *d_qkv, int64_t ld, const int32_t *
 
 /* ------------------------------------------------------------------ copy_segments */
 
-/* A block's threads take 4-byte words of the segments in turn (16-byte words where a segment's
- * ends allow): reads of host memory over PCIe, many in flight. */
-__global__ void copy_segments_kernel(CopySegments c) {
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    for (int i = 0; i < c.n; i++) {
-        const int64_t nb = c.bytes[i];
+/* The segments' words as one index space, a thread a word (16 bytes where a one-run segment's
+ * ends allow, else 4; rows: 4), so that every load of host memory over PCIe is in flight at
+ * once: a thread's word is one round trip, not one a segment (a step's inputs are ~8 segments).
+ * Launched with a thread for every word where it can be (up to COPY_SEG_MAX_BLOCKS blocks). */
+#define COPY_SEG_MAX_BLOCKS 512
+struct CopyPlan {
+    int64_t first[9]; /* segment i's words: first[i] .. first[i + 1] - 1 */
+    int64_t n16[8];   /* one run: its 16-byte words (the rest 4-byte words); rows: 0 */
+};
+__device__ __forceinline__ void copy_word(const CopySegments &c, const CopyPlan &pl, int i,
+                                          int64_t k) {
+    if (c.rows[i] > 1) {
+        const int64_t wpr = c.bytes[i] / 4, r = k / wpr, w = k - r * wpr;
+        ((uint32_t *)((char *)c.dst[i] + r * c.dst_pitch[i]))[w] =
+            ((const uint32_t *)((const char *)c.src[i] + r * c.src_pitch[i]))[w];
+    } else if (k < pl.n16[i]) {
+        ((uint4 *)c.dst[i])[k] = ((const uint4 *)c.src[i])[k];
+    } else {
+        const int64_t o = pl.n16[i] * 16 + (k - pl.n16[i]) * 4;
+        const uint32_t v = *(const uint32_t *)((const char *)c.src[i] + o);
         if (i == 0 && c.ids_from) { /* token ids, some of them the step before's samples */
-            const int32_t *s = (const int32_t *)c.src[0];
-            int32_t *d = (int32_t *)c.dst[0];
-            for (int64_t k = tid; k < nb / 4; k += stride) {
-                const int32_t v = s[k];
-                d[k] = v < 0 ? c.ids_from[-(int64_t)v - 1] : v;
-            }
-            continue;
+            const int32_t id = (int32_t)v;
+            *(int32_t *)((char *)c.dst[i] + o) = id < 0 ? c.ids_from[-(int64_t)id - 1] : id;
+        } else {
+            *(uint32_t *)((char *)c.dst[i] + o) = v;
         }
-        const bool v16 = (((uintptr_t)c.src[i] | (uintptr_t)c.dst[i]) & 15) == 0;
-        int64_t done = 0;
-        if (v16) {
-            const uint4 *s = (const uint4 *)c.src[i];
-            uint4 *d = (uint4 *)c.dst[i];
-            for (int64_t k = tid; k < nb / 16; k += stride)
-                d[k] = s[k];
-            done = nb / 16 * 16;
-        }
-        const uint32_t *s = (const uint32_t *)((const char *)c.src[i] + done);
-        uint32_t *d = (uint32_t *)((char *)c.dst[i] + done);
-        for (int64_t k = tid; k < (nb - done) / 4; k += stride)
-            d[k] = s[k];
+    }
+}
+__global__ void copy_segments_kernel(CopySegments c, CopyPlan pl) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < pl.first[c.n];
+         k += stride) {
+        int i = 0;
+        while (k >= pl.first[i + 1])
+            i++;
+        copy_word(c, pl, i, k - pl.first[i]);
     }
 }
 
 extern "C" int copy_segments_cuda(const CopySegments *segs, cudaStream_t stream) {
     if (segs->n < 0 || segs->n > 8)
         return cvllm_errorf(CVLLM_EINVAL, "copy_segments: %d segments (at most 8)", segs->n);
-    int64_t words = 0;
+    CopyPlan pl = {};
     for (int i = 0; i < segs->n; i++) {
-        if (segs->bytes[i] % 4 || ((uintptr_t)segs->src[i] | (uintptr_t)segs->dst[i]) & 3)
+        const int rows = segs->rows[i] > 1 ? segs->rows[i] : 1;
+        if (segs->bytes[i] % 4 || ((uintptr_t)segs->src[i] | (uintptr_t)segs->dst[i]) & 3 ||
+            (rows > 1 && (segs->src_pitch[i] % 4 || segs->dst_pitch[i] % 4)))
             return cvllm_errorf(CVLLM_EINVAL,
                                 "copy_segments: segment %d of %lld bytes is not in 4-byte words",
                                 i, (long long)segs->bytes[i]);
-        const int64_t w = (segs->bytes[i] + 15) / 16; /* a 16-byte word a thread, or a tail */
-        if (w > words) words = w;
+        if (rows > 1 && i == 0 && segs->ids_from)
+            return cvllm_errorf(CVLLM_EINVAL, "copy_segments: token ids in rows");
+        /* the ids (ids_from) by 4-byte words: a substitution a word */
+        const bool v16 = rows == 1 && !(i == 0 && segs->ids_from) &&
+                         (((uintptr_t)segs->src[i] | (uintptr_t)segs->dst[i]) & 15) == 0;
+        pl.n16[i] = v16 ? segs->bytes[i] / 16 : 0;
+        const int64_t words = rows > 1 ? segs->bytes[i] / 4 * rows
+                                       : pl.n16[i] + (segs->bytes[i] - pl.n16[i] * 16) / 4;
+        pl.first[i + 1] = pl.first[i] + words;
     }
+    const int64_t words = pl.first[segs->n];
     if (words == 0) return 0;
-    int blocks = (int)((words + 255) / 256);
-    if (blocks > 64) blocks = 64;
-    copy_segments_kernel<<<blocks, 256, 0, stream>>>(*segs);
+    int64_t blocks = (words + 255) / 256;
+    if (blocks > COPY_SEG_MAX_BLOCKS) blocks = COPY_SEG_MAX_BLOCKS;
+    copy_segments_kernel<<<(int)blocks, 256, 0, stream>>>(*segs, pl);
     CUDA_LAUNCH_TRY();
     return 0;
 }

@@ -109,14 +109,18 @@ int gather_rows_cuda(float *d_y, const float *d_x, const int32_t *d_idx, int n, 
 
 /* Up to 8 copies in one launch (a step's input arrays from pinned, device-mapped host memory to
  * the device: a copy engine's operation costs a few microseconds each, a launch one): seg i
- * copies bytes[i] (a multiple of 4; src, dst 4-byte aligned) from src[i] to dst[i]. With
- * ids_from, segment 0 is int32 token ids and a negative one, -(r + 1), is written as
+ * copies bytes[i] (a multiple of 4; src, dst 4-byte aligned) from src[i] to dst[i]; where
+ * rows[i] > 1, rows[i] such runs, the r-th from src[i] + r * src_pitch[i] to dst[i] + r *
+ * dst_pitch[i] (pitches multiples of 4; the block tables' used columns). With ids_from,
+ * segment 0 is int32 token ids (one run) and a negative one, -(r + 1), is written as
  * ids_from[r] instead (a token the step before sampled in row r: asynchronous steps). CPU:
- * memcpy, then that substitution. */
+ * memcpy of each run, then that substitution. */
 typedef struct {
     const void *src[8];
     void *dst[8];
     int64_t bytes[8];
+    int rows[8]; /* 0 or 1: one run */
+    int64_t src_pitch[8], dst_pitch[8];
     int n;
     const int32_t *ids_from;
 } CopySegments;
