@@ -581,11 +581,24 @@ static void check_tp(const char *model, const char *reference, int tp) {
         {.device = CVLLM_DEVICE_CUDA, .tp = tp, .no_prefix = 1},
         {.device = CVLLM_DEVICE_CUDA, .tp = tp, .chunk = 48},
         {.device = CVLLM_DEVICE_CUDA, .tp = tp, .kv_tokens = 2 * (longest + ref.max_new) + 64},
+        /* asynchronous steps (no logits hook): every rank takes the pending ids from rank 0 */
+        {.device = CVLLM_DEVICE_CUDA, .tp = tp, .no_hook = 1},
+        {.device = CVLLM_DEVICE_CUDA, .tp = tp, .no_hook = 1, .eager = 1, .chunk = 48},
+        {.device = CVLLM_DEVICE_CUDA,
+         .tp = tp,
+         .no_hook = 1,
+         .kv_tokens = 2 * (longest + ref.max_new) + 64},
     };
-    const char *names[] = {"tp (graphs)", "tp graphs off", "tp prefix caching off",
-                           "tp chunked prefill (48)", "tp preemption (small KV cache)"};
+    const char *names[] = {"tp (graphs)",
+                           "tp graphs off",
+                           "tp prefix caching off",
+                           "tp chunked prefill (48)",
+                           "tp preemption (small KV cache)",
+                           "tp asynchronous steps",
+                           "tp asynchronous, graphs off, chunked (48)",
+                           "tp asynchronous, preemption"};
     int bad = 0;
-    for (int m = 0; m < 5; m++) {
+    for (int m = 0; m < 8; m++) {
         Run x;
         if (run_engine(model, &ref, &modes[m], &x) < 0) {
             printf("    %s: FAIL (run)\n", names[m]);
@@ -604,6 +617,17 @@ static void check_tp(const char *model, const char *reference, int tp) {
         bad += check_same(names[m], model, &x, &one, ref.max_new, f32 ? 1e-6 : tie);
         run_free(&x);
     }
+    /* seeded sampling at tp: asynchronous steps draw the very same ids as steps one at a time */
+    Run ts, ta;
+    RunCfg tcs = {.device = CVLLM_DEVICE_CUDA, .tp = tp, .sampled = 1},
+           tca = {.device = CVLLM_DEVICE_CUDA, .tp = tp, .sampled = 1, .no_hook = 1};
+    assert_int_equal(run_engine(model, &ref, &tcs, &ts), 0);
+    assert_int_equal(run_engine(model, &ref, &tca, &ta), 0);
+    int same = 1;
+    for (int i = 0; i < ref.n; i++) same &= first_diff(&ta, &ts, i, ref.max_new) < 0;
+    printf("    tp seeded sampling, asynchronous steps: %s\n", same ? "the same ids" : "FAIL: differ");
+    bad += !same;
+    run_free(&ts), run_free(&ta);
     run_free(&one);
     free_reference(&ref);
     assert_int_equal(bad, 0);

@@ -170,6 +170,8 @@ typedef struct {
     int32_t *d_hist, *h_hist;
     int64_t hist_cap;
     int32_t *d_tok, *h_tok, *d_top, *h_top;
+    int32_t *d_bcast; /* tensor parallelism: rank 0's sampled ids of the step before, on every
+                       * rank (asynchronous steps' pending tokens; launch_step) */
     float *d_lp, *h_lp, *d_tlp, *h_tlp;
     void *d_sampler_scratch;
     /* Asynchronous steps (cuda_submit, cuda_collect). h_in holds two staging sets of in_bytes;
@@ -493,13 +495,15 @@ static size_t carve_inputs(CudaBackend *c, char *base, int dev) {
     const size_t tops = S * CUDA_SAMPLER_MAX_LOGPROBS * 4;
     int32_t *tok = carve(base, &off, S * 4), *top = carve(base, &off, tops);
     float *lp = carve(base, &off, S * 4), *tlp = carve(base, &off, tops);
-    int32_t *order = carve(base, &off, S * 4);
+    int32_t *order = carve(base, &off, S * 4), *bcast = carve(base, &off, S * 4);
     if (!base) return off;
     if (dev) {
         c->d_ids = ids, c->d_pos = pos, c->d_slots = slots, c->d_cu_q = cu, c->d_ctx = ctx;
         c->d_lidx = lidx, c->d_tables = tables, c->d_rows = rows, c->d_hist = hist;
         c->d_tok = tok, c->d_top = top, c->d_lp = lp, c->d_tlp = tlp, c->d_order = order;
+        c->d_bcast = bcast;
     } else {
+        (void)bcast;
         c->h_ids = ids, c->h_pos = pos, c->h_slots = slots, c->h_cu_q = cu, c->h_ctx = ctx;
         c->h_lidx = lidx, c->h_tables = tables, c->h_rows = rows, c->h_hist = hist;
         c->h_tok = tok, c->h_top = top, c->h_lp = lp, c->h_tlp = tlp, c->h_order = order;
@@ -793,7 +797,7 @@ static int cuda_create_rank(const ModelConfig *cfg, const ModelWeights *w, const
     if ((rc = load_weights(c, w))) goto fail;
     double t1 = now_seconds();
     if ((rc = alloc_workspace(c))) goto fail;
-    if (world == 1 && c->h_in_dev && !c->prof.on) { /* profiles time whole steps, one at a time */
+    if (c->h_in_dev && !c->prof.on) { /* profiles time whole steps, one at a time */
         b->submit = cuda_submit;
         b->collect = cuda_collect;
     }
@@ -1493,11 +1497,20 @@ static int stage_sampling(CudaBackend *c, const StepInputs *in) {
  * S sequences, n logits rows (a graph replay: the bucket's B lanes each). */
 typedef struct {
     int32_t T, S, n, max_q, max_k, decode, bucket; /* bucket: the graph's index, or -1 (eager) */
+    /* tensor parallelism, asynchronous steps: the rows the step before sampled, which every rank
+     * receives from rank 0 (tp_broadcast_i32) before its inputs; 0: no pending tokens */
+    int32_t pending;
 } StepLaunch;
 
 /* Copies the staged inputs to the device and enqueues the model (embedding .. logits). ids_from:
  * NULL, or where the step before's sampled ids are (staged ids -(r + 1) read from there). */
 static int launch_step(CudaBackend *c, const StepLaunch *sl, const int32_t *ids_from) {
+#ifdef CVLLM_HAVE_NCCL
+    if (c->tp && sl->pending > 0) { /* rank 0's samples of the step before, to every rank */
+        TRY(tp_broadcast_i32(c->tp, c->d_tok, c->d_bcast, (size_t)sl->pending, c->stream));
+        ids_from = c->d_bcast;
+    }
+#endif
     PROF(c, PC_INPUTS);
     TRY(copy_inputs(c, sl->T, sl->S, sl->n, sl->decode && stage_order(c, sl->S), ids_from));
     if (sl->bucket >= 0) {
@@ -1546,16 +1559,22 @@ static int send_step(CudaBackend *c, const StepLaunch *sl) {
     return tp_send_all(c->tp, TP_MSG_STEP, sl, sizeof *sl, c->msg, (size_t)(p - c->msg));
 }
 
-/* A worker: one step from its message (checked against this rank's sizes), run to the end. */
+/* A worker: one step from its message (checked against this rank's sizes), enqueued; as rank 0's
+ * asynchronous steps, it is staged in the host set the step before did not use, once the step
+ * that used that set last is done (set_done), so that a step runs while the next is staged. */
 static int worker_step(CudaBackend *c, const char *msg, size_t n) {
     StepLaunch sl;
     if (n < sizeof sl) return cvllm_errorf(CVLLM_EINVAL, "step message of %zu bytes", n);
     memcpy(&sl, msg, sizeof sl);
     const char *p = msg + sizeof sl, *end = msg + n;
     if (sl.T < 0 || sl.T > c->Tmax || sl.S < 0 || sl.S > c->Smax || sl.n < 0 || sl.n > c->Smax ||
-        sl.bucket >= c->num_buckets || (size_t)(end - p) < (size_t)sl.T * 16 + ((size_t)2 * sl.S + 1 + sl.n) * 4)
+        sl.bucket >= c->num_buckets || sl.pending < 0 || sl.pending > c->Smax ||
+        (size_t)(end - p) < (size_t)sl.T * 16 + ((size_t)2 * sl.S + 1 + sl.n) * 4)
         return cvllm_errorf(CVLLM_EINVAL, "malformed step message (%d tokens, %d sequences)", sl.T,
                             sl.S);
+    const int k = c->prev_set >= 0 ? 1 - c->prev_set : 0;
+    TRY(tp_event_wait(c->tp, c->set_done[k]));
+    staging_use(c, k);
 #define GET(dst, nbytes) (memcpy((dst), p, (nbytes)), p += (nbytes))
     GET(c->h_ids, (size_t)sl.T * 4);
     GET(c->h_pos, (size_t)sl.T * 4);
@@ -1571,7 +1590,9 @@ static int worker_step(CudaBackend *c, const char *msg, size_t n) {
     }
 #undef GET
     TRY(launch_step(c, &sl, NULL));
-    return sync_stream(c);
+    CUDA_TRY(cudaEventRecord(c->set_done[k], c->stream));
+    c->prev_set = k;
+    return 0;
 }
 #endif
 
@@ -1592,8 +1613,8 @@ static int enqueue_step(CudaBackend *c, const StepInputs *in, float *logits) {
     }
     staging_use(c, prev >= 0 ? 1 - prev : 0); /* not the set of a step that may be running */
     const int32_t *ids_from = NULL;
-    if (in->input_rows) /* the other set's sampled ids */
-        ids_from = (const int32_t *)mapped(c, in_set(c, c->h_tok, prev));
+    if (in->input_rows) /* the other set's sampled ids (tensor parallelism: launch_step's) */
+        ids_from = c->tp ? c->d_bcast : (const int32_t *)mapped(c, in_set(c, c->h_tok, prev));
     prof_begin(c);
     /* stage the inputs in pinned memory (tables repacked to this backend's row stride) */
     memcpy(c->h_ids, in->input_ids, (size_t)T * 4);
@@ -1615,7 +1636,8 @@ static int enqueue_step(CudaBackend *c, const StepInputs *in, float *logits) {
     for (int i = 0; i < n && identity; i++)
         identity = in->logits_indices[i] == i;
     StepLaunch sl = {.T = T, .S = S, .n = n, .max_q = in->max_seqlen_q, .max_k = in->max_seqlen_k,
-                     .decode = decode, .bucket = -1};
+                     .decode = decode, .bucket = -1,
+                     .pending = in->input_rows ? c->set_rows[prev] : 0};
     if (bi >= 0 && identity) {
         const int B = c->buckets[bi];
         pad_lanes(c, S, B);
@@ -1637,11 +1659,12 @@ static int enqueue_step(CudaBackend *c, const StepInputs *in, float *logits) {
     /* mapped: the rows read from, and the tokens written to, the pinned buffers themselves (two
      * copy-engine operations fewer) */
     const CudaSamplingRow *rows = c->h_in_dev ? mapped(c, c->h_rows) : c->d_rows;
-    int32_t *tok = c->h_in_dev ? (int32_t *)mapped(c, c->h_tok) : c->d_tok;
+    /* tensor parallelism: into d_tok too, where the next step's broadcast reads them */
+    int32_t *tok = c->h_in_dev && !c->tp ? (int32_t *)mapped(c, c->h_tok) : c->d_tok;
     TRY(sampler_cuda(c->logits, c->ldt, n, c->V, rows, c->h_rows, c->d_hist, tok, c->d_lp,
                      c->d_top, c->d_tlp, c->d_sampler_scratch, c->stream));
     cudaStream_t st = c->stream;
-    if (!c->h_in_dev)
+    if (!c->h_in_dev || c->tp)
         CUDA_TRY(cudaMemcpyAsync(c->h_tok, c->d_tok, (size_t)n * 4, cudaMemcpyDeviceToHost, st));
     int any_lp = 0;
     for (int i = 0; i < n; i++) {
@@ -1735,7 +1758,13 @@ static int cuda_collect(Backend *b, StepOutputs *out) {
     c->fl_head = (c->fl_head + 1) % 2;
     c->fl_count--;
     CUDA_TRY(cudaSetDevice(c->dev));
-    CUDA_TRY(cudaEventSynchronize(c->set_done[k]));
+#ifdef CVLLM_HAVE_NCCL
+    if (c->tp) { /* watching the peers: a lost rank must not leave this wait hanging */
+        int rc = tp_event_wait(c->tp, c->set_done[k]);
+        if (rc) return step_failed(b, rc);
+    } else
+#endif
+        CUDA_TRY(cudaEventSynchronize(c->set_done[k]));
     copy_outputs(c, k, out);
     return 0;
 }
@@ -1792,7 +1821,9 @@ static int cuda_worker_main(const char *addr, int rank, int device, const char *
         if ((rc = tp_recv(g, &type, &msg, &n))) break;
         if (type == TP_MSG_SHUTDOWN) break;
         int64_t value = 0;
-        switch (type) {
+        /* steps are enqueued without a wait (worker_step); anything else once they are done */
+        if (type != TP_MSG_STEP) rc = sync_stream(c);
+        if (!rc) switch (type) {
         case TP_MSG_BUDGET:
             value = cuda_kv_budget_bytes(b);
             rc = value < 0 ? -1 : 0;

@@ -542,12 +542,19 @@ int tp_gather_to_root(TpGroup *g, const float *send, float *recv, size_t n, cuda
     return 0;
 }
 
-int tp_stream_wait(TpGroup *g, cudaStream_t st) {
+int tp_broadcast_i32(TpGroup *g, const int32_t *send, int32_t *recv, size_t n,
+                     cudaStream_t st) {
+    if (g->failed) return cvllm_errorf(CVLLM_EBACKEND, "tensor parallelism: %s", g->err);
+    return nccl_wait(g, ncclBroadcast(send, recv, n, ncclInt32, 0, g->comm, st), "broadcast");
+}
+
+/* The stream's work (ev NULL) or the work before ev done, watching the peers and NCCL */
+static int wait_done(TpGroup *g, cudaStream_t st, cudaEvent_t ev) {
     double next = now_seconds() + PEER_CHECK_S, report = now_seconds() + 5;
     TRACE(g, "stream wait");
     for (;;) {
         if (g->failed) return cvllm_errorf(CVLLM_EBACKEND, "tensor parallelism: %s", g->err);
-        cudaError_t e = cudaStreamQuery(st);
+        cudaError_t e = ev ? cudaEventQuery(ev) : cudaStreamQuery(st);
         if (e == cudaSuccess) {
             TRACE(g, "stream done");
             return 0;
@@ -572,6 +579,10 @@ int tp_stream_wait(TpGroup *g, cudaStream_t st) {
         }
     }
 }
+
+int tp_stream_wait(TpGroup *g, cudaStream_t st) { return wait_done(g, st, NULL); }
+
+int tp_event_wait(TpGroup *g, cudaEvent_t ev) { return wait_done(g, NULL, ev); }
 
 /* ---------------------------------------------------------------- close */
 

@@ -66,8 +66,14 @@ int tp_all_reduce_sum(TpGroup *g, float *buf, size_t n, cudaStream_t st);
 /* Rank 0 receives every rank's n floats into recv [size][n] (its own at recv[0], copied from
  * send); a worker sends its n floats. */
 int tp_gather_to_root(TpGroup *g, const float *send, float *recv, size_t n, cudaStream_t st);
+/* n int32 from rank 0's send to every rank's recv (rank 0's too; stream-ordered): asynchronous
+ * steps' token ids, which only rank 0 samples. */
+int tp_broadcast_i32(TpGroup *g, const int32_t *send, int32_t *recv, size_t n,
+                     cudaStream_t st);
 /* Waits until the stream is done, watching the peers and NCCL (see the file's comment). */
 int tp_stream_wait(TpGroup *g, cudaStream_t st);
+/* The same for the work recorded before ev. */
+int tp_event_wait(TpGroup *g, cudaEvent_t ev);
 
 /* Rank 0: tells the workers to exit and reaps the ones it started (SIGKILL after timeout).
  * A worker: closes its connection. Frees g (NULL: nothing). */
