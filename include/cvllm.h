@@ -110,10 +110,10 @@ typedef struct {
     int async_scheduling;       /* 0 (default): on where the backend runs steps asynchronously
                                  * (CUDA, one GPU or several): the next step is scheduled and
                                  * submitted while the device runs this one, and a request that
-                                 * stops at EOS or a stop id or string has one more token
-                                 * computed and dropped; 1: on (a backend without it computes each step at
-                                 * once); -1: off. Steps of requests with penalties and logits
-                                 * mode always run one at a time. */
+                                 * stops at EOS or a stop id or string has one more token computed
+                                 * and dropped; 1: on (a backend without it computes each step at
+                                 * once); -1: off. Steps of requests with penalties and logits mode
+                                 * always run one at a time. */
 } CvllmEngineOptions;
 
 typedef struct {
