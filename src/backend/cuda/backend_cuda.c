@@ -1503,7 +1503,8 @@ typedef struct {
 } StepLaunch;
 
 /* Copies the staged inputs to the device and enqueues the model (embedding .. logits). ids_from:
- * NULL, or where the step before's sampled ids are (staged ids -(r + 1) read from there). */
+ * NULL, or where the step before's sampled ids are (staged ids -(r + 1) read from there; with
+ * tensor parallelism d_bcast, which the broadcast below fills on every rank). */
 static int launch_step(CudaBackend *c, const StepLaunch *sl, const int32_t *ids_from) {
 #ifdef CVLLM_HAVE_NCCL
     if (c->tp && sl->pending > 0) { /* rank 0's samples of the step before, to every rank */
