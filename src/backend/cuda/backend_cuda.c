@@ -516,6 +516,10 @@ static const void *in_set(const CudaBackend *c, const void *h, int k) {
     return (const char *)h + (ptrdiff_t)(k - c->set) * (ptrdiff_t)c->in_bytes;
 }
 
+/* The staging set the step staged last did not use: the one a new step takes (its step before
+ * may still be running on the other). */
+static int free_set(const CudaBackend *c) { return c->prev_set >= 0 ? 1 - c->prev_set : 0; }
+
 /* Points the h_* arrays at host staging set k. */
 static void staging_use(CudaBackend *c, int k) {
     c->set = k;
@@ -1573,7 +1577,7 @@ static int worker_step(CudaBackend *c, const char *msg, size_t n) {
         (size_t)(end - p) < (size_t)sl.T * 16 + ((size_t)2 * sl.S + 1 + sl.n) * 4)
         return cvllm_errorf(CVLLM_EINVAL, "malformed step message (%d tokens, %d sequences)", sl.T,
                             sl.S);
-    const int k = c->prev_set >= 0 ? 1 - c->prev_set : 0;
+    const int k = free_set(c);
     TRY(tp_event_wait(c->tp, c->set_done[k]));
     staging_use(c, k);
 #define GET(dst, nbytes) (memcpy((dst), p, (nbytes)), p += (nbytes))
@@ -1612,7 +1616,7 @@ static int enqueue_step(CudaBackend *c, const StepInputs *in, float *logits) {
                 return cvllm_errorf(CVLLM_EINVAL, "cuda backend: token %d: input row %d of %d", t,
                                     in->input_rows[t], c->set_rows[prev]);
     }
-    staging_use(c, prev >= 0 ? 1 - prev : 0); /* not the set of a step that may be running */
+    staging_use(c, free_set(c)); /* not the set of a step that may be running */
     const int32_t *ids_from = NULL;
     if (in->input_rows) /* the other set's sampled ids (tensor parallelism: launch_step's) */
         ids_from = c->tp ? c->d_bcast : (const int32_t *)mapped(c, in_set(c, c->h_tok, prev));
