@@ -22,14 +22,13 @@
  * by the four threads that share the row. The keys come from the cache (written by
  * store_kvcache_cuda first), so a prefix-cache hit or an earlier chunk is read like any key.
  * An fp8 cache is dequantized as it is read (the tensor-core kernel: into bf16 / f16 tiles). */
-#include <cuda.h> /* CUtensorMap: the driver entry point is found at run time */
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/qk_norm_rope.cuh"
+#include "backend/cuda/tma.cuh"
 
 #define DEC_WARPS 4
 #define DEC_QH 4 /* query heads per decode block, at most (a block takes min(group, 4), 3 as 4) */
@@ -1425,31 +1424,6 @@ static __host__ __device__ constexpr int dtma_blocks_per_sm(int hd, int st) {
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    asm volatile("{\n"
-                 ".reg .pred done;\n"
-                 "WAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra WAIT;\n"
-                 "}\n" ::"r"(bar),
-                 "r"(parity)
-                 : "memory");
-}
-/* box (x, y) of the 2-D tensor map into shared memory at dst, completing on bar */
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int x, int y,
-                                            uint32_t bar, uint64_t policy) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                 ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
-                 "l"((const void *)map), "r"(x), "r"(y), "r"(bar), "l"(policy)
-                 : "memory");
-}
 /* A warp's n stage barriers, one arrival each (lane 0's, as it asks for a tile), made visible to
  * the copy engine before the warp goes on; returns the L2 policy of the copies (evict first: the
  * K/V stream is read once a step, the weights the products read next stay) */
@@ -1460,9 +1434,7 @@ __device__ __forceinline__ uint64_t dtma_warp_init(uint64_t *bars, int n) {
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncwarp();
-    uint64_t policy;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-    return policy;
+    return l2_evict_first();
 }
 #endif
 /* the byte offset in a K or V tile of key r's 16-byte chunk c (8 dims: 8 c .. 8 c + 7) */
@@ -2180,78 +2152,11 @@ extern "C" int attention_decode_uses_tma(const AttentionParams *p) {
            ((uintptr_t)p->k_cache | (uintptr_t)p->v_cache) % 16 == 0;
 }
 
-/* cuTensorMapEncodeTiled through the runtime (no link to the driver library) */
-typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                  const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
-                                  const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-/* The tensor map of a layer's K or V cache ([rows, n_kv_heads * hd] of 16-bit elements or fp8
- * codes; boxes of 16 rows x 128 bytes, swizzled by 128 bytes). Kept in a small table by address and shape, so
- * that an eager step does not encode 2 x layers maps again. */
-#define DTMA_MAPS 256
-static int dtma_map_locked(CUtensorMap *out, const void *base, int64_t rows, int64_t cols,
-                           DType dt) {
-    static struct {
-        const void *base;
-        int64_t rows, cols;
-        DType dt;
-        CUtensorMap map;
-    } cache[DTMA_MAPS];
-    static int n = 0, next = 0;
-    static EncodeTiledFn encode = NULL;
-    for (int i = 0; i < n; i++)
-        if (cache[i].base == base && cache[i].rows == rows && cache[i].cols == cols &&
-            cache[i].dt == dt) {
-            *out = cache[i].map;
-            return 0;
-        }
-    if (!encode) {
-        cudaDriverEntryPointQueryResult q;
-        void *fn = NULL;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                             cudaEnableDefault, &q) != cudaSuccess ||
-            q != cudaDriverEntryPointSuccess || !fn)
-            return cvllm_errorf(CVLLM_EBACKEND,
-                                "cuda attention: the driver has no cuTensorMapEncodeTiled");
-        encode = (EncodeTiledFn)fn;
-    }
-    const int es = dt == DTYPE_FP8_E4M3 ? 1 : 2; /* fp8: the codes as bytes */
-    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows};
-    const cuuint64_t strides[1] = {(cuuint64_t)cols * es};
-    const cuuint32_t box[2] = {(cuuint32_t)(DTMA_ROWB / es), 16}, estr[2] = {1, 1};
-    CUtensorMap m;
-    const CUresult r = encode(
-        &m,
-        dt == DTYPE_BF16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-        : dt == DTYPE_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                          : CU_TENSOR_MAP_DATA_TYPE_UINT8,
-        2, (void *)base, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return cvllm_errorf(CVLLM_EBACKEND,
-                            "cuda attention: cuTensorMapEncodeTiled failed (%d) for a cache of "
-                            "%lld x %lld",
-                            (int)r, (long long)rows, (long long)cols);
-    const int i = n < DTMA_MAPS ? n++ : next++ % DTMA_MAPS;
-    cache[i].base = base, cache[i].rows = rows, cache[i].cols = cols, cache[i].dt = dt;
-    cache[i].map = m;
-    *out = m;
-    return 0;
-}
-/* (one table for the process: engines on several threads may launch at once) */
-static int dtma_map(CUtensorMap *out, const void *base, int64_t rows, int64_t cols, DType dt) {
-    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    pthread_mutex_lock(&mu);
-    const int rc = dtma_map_locked(out, base, rows, cols, dt);
-    pthread_mutex_unlock(&mu);
-    return rc;
-}
 /* the maps of this layer's K and V caches */
 static int dtma_kv_maps(const AttentionParams &p, int hd, CUtensorMap *km, CUtensorMap *vm) {
     const int64_t cols = (int64_t)p.n_kv_heads * hd;
-    const int rc = dtma_map(km, p.k_cache, p.cache_rows, cols, p.kvdt);
-    return rc ? rc : dtma_map(vm, p.v_cache, p.cache_rows, cols, p.kvdt);
+    const int rc = tma_map_2d(km, p.k_cache, p.cache_rows, cols, p.kvdt, 16);
+    return rc ? rc : tma_map_2d(vm, p.v_cache, p.cache_rows, cols, p.kvdt, 16);
 }
 
 /* Launches the shared-memory decode kernel K with SMEM bytes of dynamic shared memory (past 48

@@ -35,67 +35,6 @@ namespace cg = cooperative_groups;
 #define MMA_BK 64
 #define MMA_MAX_SPLIT 8
 
-/* Hopper's warpgroup mma (sm_90a): D[64 x 128] += A[64 x 16] B[16 x 128]^T, A and B K-major in
- * shared memory, read through descriptors: the tiles' 128-byte rows swizzled as swz() lays them
- * out (the 128-byte swizzle, its 8-row groups 1024 bytes apart), from a 1024-byte aligned base;
- * a k16 slice further along the rows starts 32 bytes later. */
-__device__ __forceinline__ uint64_t wgmma_desc(uint32_t saddr) {
-    return (uint64_t)((saddr & 0x3ffff) >> 4) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           (1ull << 62);
-}
-template <typename C>
-__device__ __forceinline__ void wgmma_m64n128k16(float d[64], uint64_t da, uint64_t db);
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* the instruction for element type TY ("bf16" or "f16"), d += A B^T */
-#define WGMMA_M64N128K16(TY)                                                                       \
-    asm volatile(                                                                                  \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                                 \
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {"                              \
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                   \
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "         \
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "         \
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"           \
-        "}, %64, %65, p, 1, 1, 0, 0;\n}"                                                           \
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),      \
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),  \
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),            \
-          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),            \
-          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),            \
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),            \
-          "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),            \
-          "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),            \
-          "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),            \
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]),            \
-          "+f"(d[62]), "+f"(d[63])                                                                 \
-        : "l"(da), "l"(db))
-template <>
-__device__ __forceinline__ void wgmma_m64n128k16<__nv_bfloat16>(float d[64], uint64_t da,
-                                                                uint64_t db) {
-    WGMMA_M64N128K16("bf16");
-}
-template <>
-__device__ __forceinline__ void wgmma_m64n128k16<__half>(float d[64], uint64_t da, uint64_t db) {
-    WGMMA_M64N128K16("f16");
-}
-__device__ __forceinline__ void wgmma_fence() {
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_proxy_fence() {
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit_wait() {
-    asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;" ::: "memory");
-}
-#else
-template <typename C>
-__device__ __forceinline__ void wgmma_m64n128k16(float *, uint64_t, uint64_t) {
-    __trap(); /* compiled for sm_90 without the "a" features: never launched there */
-}
-__device__ __forceinline__ void wgmma_fence() {}
-__device__ __forceinline__ void wgmma_proxy_fence() {}
-__device__ __forceinline__ void wgmma_commit_wait() {}
-#endif
-
 /* The element offset of (row r, 16-byte chunk c) in a tile of 64-element rows. */
 __device__ __forceinline__ int swz(int r, int c) {
     return r * MMA_BK + ((c ^ (r & 7)) << 3);
@@ -114,10 +53,6 @@ template <int BM, int BN> struct MmaShape {
                                        : (size_t)BM *RED_LD * 4;
 };
 
-/* y's element (t, n) from the sum v: stored (rounded to Y) or, with accum (Y = float), added */
-template <typename Y> __device__ __forceinline__ void mma_store(Y *y, float v, bool accum) {
-    *y = from_f32<Y>(accum ? to_f32(*y) + v : v);
-}
 
 /* WG: the product by wgmma (a warpgroup a 64 tokens, BN = 128), else by mma.sync */
 template <typename C, typename Y, int BM, int BN, bool WG>
@@ -249,7 +184,7 @@ __global__ void __launch_bounds__(MmaShape<BM, BN>::THREADS)
     if (splits == 1) {
         each([&](int r, int c, float v) {
             const int t = m0 + r, n = n0 + c;
-            if (t < T && n < N) mma_store(&y[(int64_t)t * ldy + n], v, accum);
+            if (t < T && n < N) store_sum(&y[(int64_t)t * ldy + n], v, accum);
         });
         return;
     }
@@ -261,24 +196,8 @@ __global__ void __launch_bounds__(MmaShape<BM, BN>::THREADS)
     each([&](int r, int c, float v) { red[r * S::RED_LD + c] = v; });
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
-    constexpr int Q = BN / 4; /* float4s a row */
-    for (int q = split * S::THREADS + tid; q < BM * Q; q += splits * S::THREADS) {
-        const int r = q / Q, c = (q % Q) * 4, t = m0 + r;
-        if (t >= T) continue;
-        float4 u[MMA_MAX_SPLIT]; /* every block's part requested at once, then added in order */
-#pragma unroll
-        for (int s = 0; s < MMA_MAX_SPLIT; s++)
-            if (s < splits)
-                u[s] = *(const float4 *)cluster.map_shared_rank(&red[r * S::RED_LD + c], s);
-        float4 v = u[0];
-#pragma unroll
-        for (int s = 1; s < MMA_MAX_SPLIT; s++)
-            if (s < splits) v.x += u[s].x, v.y += u[s].y, v.z += u[s].z, v.w += u[s].w;
-        const float vv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-            if (n0 + c + e < N) mma_store(&y[(int64_t)t * ldy + n0 + c + e], vv[e], accum);
-    }
+    cluster_split_store<MMA_MAX_SPLIT>(red, S::RED_LD, BM, BN, split, splits, tid, S::THREADS, y,
+                                       ldy, m0, n0, T, N, accum);
     cluster.sync(); /* no block leaves while another still reads its shared memory */
 #endif
 }
