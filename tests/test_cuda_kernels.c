@@ -564,6 +564,7 @@ static void test_graph_edges(void **state) {
     CudaGemm *g = NULL;
     OK(gemm_create(&g, ws, 32 << 20));
     gemm_set_mma_max_t(g, 0); /* every product through cuBLASLt */
+    gemm_set_tma_max_t(g, 0);
     const int T = 64, H = 1024, I = 1536;
     float *x = xmalloc((size_t)T * H * 4), *wn = xmalloc(H * 4);
     float *wgu = xmalloc((size_t)2 * I * H * 4), *wd = xmalloc((size_t)H * I * 4);
@@ -669,13 +670,23 @@ static void test_gemm(void **state) {
     /* path 0: gemm_cuda (cuBLASLt above the GEMV's sizes); path 1: gemm_mma_cuda for every
      * shape of T > 4 it takes (K a multiple of 64, bf16 / f16: split over the blocks of a
      * cluster, T over several tiles at 257 and 1000, N not a multiple of the tile; above 32
-     * tokens its wgmma kernel on a 9.0 device with the sm_90a build) */
+     * tokens its wgmma kernel on a 9.0 device with the sm_90a build); path 2: gemm_tma_cuda for
+     * every shape it takes (the same, of any T, on a 9.0 device with the sm_90a build: tiles of
+     * 128 tokens, T past a tile at 200, 256, 257 and 1000) */
     gemm_set_mma_max_t(g, 0);
-    for (int path = 0; path < 2; path++)
+    gemm_set_tma_max_t(g, 0);
+    typedef int (*ProductFn)(void *, DType, int, int64_t, const void *, const void *, DType, int,
+                             int, int, cudaStream_t);
+    const ProductFn own[3] = {NULL, gemm_mma_cuda, gemm_tma_cuda};
+    if (!gemm_tma_supported(DTYPE_BF16, 64, 1024, NULL, NULL))
+        printf("  gemm_tma.cu not run: no 9.0 device or no sm_90a code in this build\n");
+    for (int path = 0; path < 3; path++)
     for (int si = 0; si < (int)(sizeof shapes / sizeof shapes[0]); si++)
         for (int di = 0; di < 3; di++) {
             const int T = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
-            if (path && (T <= 4 || !gemm_mma_supported(DTYPES[di], T, K, NULL, NULL))) continue;
+            if (path == 1 && (T <= 4 || !gemm_mma_supported(DTYPES[di], T, K, NULL, NULL)))
+                continue;
+            if (path == 2 && !gemm_tma_supported(DTYPES[di], T, K, NULL, NULL)) continue;
             const DType dt = DTYPES[di];
             const int64_t ldy = N + (si & 1) * 5;
             float *x = xmalloc((size_t)T * K * 4), *w = xmalloc((size_t)N * K * 4);
@@ -705,7 +716,7 @@ static void test_gemm(void **state) {
                 void *dy = oi == 2 ? dev_upload(y0, (size_t)T * ldy * 4)
                                    : dev_poisoned((size_t)T * ldy * ys);
                 if (path)
-                    OK(gemm_mma_cuda(dy, ydt, oi == 2, ldy, dxh, dwh, dt, T, N, K, g_stream));
+                    OK(own[path](dy, ydt, oi == 2, ldy, dxh, dwh, dt, T, N, K, g_stream));
                 else if (oi == 2)
                     OK(gemm_cuda_acc(g, dy, ldy, dxh, dwh, dt, T, N, K, g_stream));
                 else if (oi == 1)
@@ -719,19 +730,20 @@ static void test_gemm(void **state) {
                 if (path && oi == 0) { /* the same bits again (the splits add in a fixed order) */
                     void *dy2 = dev_poisoned((size_t)T * ldy * ys);
                     char *got2 = xmalloc((size_t)T * ldy * ys);
-                    OK(gemm_mma_cuda(dy2, ydt, 0, ldy, dxh, dwh, dt, T, N, K, g_stream));
+                    OK(own[path](dy2, ydt, 0, ldy, dxh, dwh, dt, T, N, K, g_stream));
                     dev_download(got2, dy2, (size_t)T * ldy * ys);
                     for (int t = 0; t < T; t++)
                         if (memcmp(got + (size_t)t * ldy * ys, got2 + (size_t)t * ldy * ys,
                                    (size_t)N * ys))
-                            fail_msg("gemm_mma [%d,%d]x[%d,%d]^T: row %d differs between runs", T,
-                                     K, N, K, t);
+                            fail_msg("gemm_%s [%d,%d]x[%d,%d]^T: row %d differs between runs",
+                                     path == 1 ? "mma" : "tma", T, K, N, K, t);
                     cudaFree(dy2);
                     free(got2);
                 }
                 char what[96];
                 snprintf(what, sizeof what, "gemm%s %s [%d,%d]x[%d,%d]^T -> %s%s",
-                         path ? " (mma)" : "", dtype_name(dt), T, K, N, K, dtype_name(ydt),
+                         path == 1 ? " (mma)" : path == 2 ? " (tma)" : "", dtype_name(dt), T, K, N,
+                         K, dtype_name(ydt),
                          oi == 2 ? " (+= y)" : "");
                 compare(what, gotc, oi == 2 ? ref0 : ref, (int64_t)T * N,
                         dt == DTYPE_F32 ? 2e-5 : oi == 1 ? tol_for(dt, 0) : 1e-4);
@@ -756,6 +768,12 @@ static void test_gemm(void **state) {
         gemm_mma_cuda(ws, DTYPE_BF16, 1, 64, ws, ws, DTYPE_BF16, 16, 64, 64, g_stream), 0);
     assert_int_not_equal( /* K not a multiple of 64 */
         gemm_mma_cuda(ws, DTYPE_F32, 0, 64, ws, ws, DTYPE_BF16, 16, 64, 96, g_stream), 0);
+    assert_int_not_equal(
+        gemm_tma_cuda(ws, DTYPE_F16, 0, 64, ws, ws, DTYPE_BF16, 16, 64, 64, g_stream), 0);
+    assert_int_not_equal(
+        gemm_tma_cuda(ws, DTYPE_BF16, 1, 64, ws, ws, DTYPE_BF16, 16, 64, 64, g_stream), 0);
+    assert_int_not_equal( /* K not a multiple of 64 */
+        gemm_tma_cuda(ws, DTYPE_F32, 0, 64, ws, ws, DTYPE_BF16, 16, 64, 96, g_stream), 0);
     gemm_destroy(g);
     cudaFree(ws);
 }

@@ -2,7 +2,8 @@
  * backend's own figures on this GPU, timed with CUDA events (median of repeats after a warm-up):
  *   gemm       the qwen3-0.6b products (bf16 in, f32 out, as gemm_cuda routes them: gemv.cu or
  *              cuBLASLt) at T tokens: TFLOP/s, GB/s; up to 256 tokens also as a decode step runs
- *              them (in a CUDA graph, weights from memory)
+ *              them (in a CUDA graph, weights from memory and from L2), and so through
+ *              gemm_mma.cu and (Hopper) gemm_tma.cu
  *   gemm-algos the decode-sized products with each of cuBLASLt's first 16 algorithms (not in all)
  *   attention  paged decode attention (16 heads / 8 kv heads, head_dim 128, bf16 and fp8 cache)
  *              at batch B over a context of C tokens, each sequence its own cache blocks: GB/s of
@@ -81,12 +82,15 @@ typedef struct {
     float *y;
     void *x, *w;
     int T, N, K;
-    int mma; /* gemm_mma_cuda instead of gemm_cuda */
+    int mma; /* 1: gemm_mma_cuda, 2: gemm_tma_cuda instead of gemm_cuda */
 } GemmCtx;
 static int gemm_launch(void *ctx, cudaStream_t st) {
     GemmCtx *c = ctx;
-    if (c->mma)
+    if (c->mma == 1)
         return gemm_mma_cuda(c->y, DTYPE_F32, 0, c->N, c->x, c->w, DTYPE_BF16, c->T, c->N, c->K,
+                             st);
+    if (c->mma == 2)
+        return gemm_tma_cuda(c->y, DTYPE_F32, 0, c->N, c->x, c->w, DTYPE_BF16, c->T, c->N, c->K,
                              st);
     return gemm_cuda(c->g, c->y, c->N, c->x, c->w, DTYPE_BF16, c->T, c->N, c->K, st);
 }
@@ -150,11 +154,13 @@ static int bench_gemm(cudaStream_t st) {
     CudaGemm *g;
     BOK(gemm_create(&g, ws, 32 << 20));
     gemm_set_mma_max_t(g, 0);
+    gemm_set_tma_max_t(g, 0);
+    const int tma = gemm_tma_supported(DTYPE_BF16, 64, 1024, x, w);
     printf("gemm (bf16 in, f32 accumulate and out; T <= 4: gemv.cu, else cuBLASLt): one launch "
            "between events (its host time included): ms, TFLOP/s, GB/s of weights | %d in a CUDA "
            "graph, each its own weights (from memory, not L2): us a product, GB/s of weights | the same "
            "graph with every product on one slice of weights (in L2): us | the first graph "
-           "through gemm_mma.cu\n",
+           "through gemm_mma.cu | through gemm_tma.cu\n",
            GEMM_GRAPH);
     for (int si = 0; si < 5; si++)
         for (int ti = 0; ti < 9; ti++) {
@@ -174,6 +180,9 @@ static int bench_gemm(cudaStream_t st) {
             GemmCtx cm = c;
             cm.mma = 1;
             const float us_mma = T > 4 && T <= 256 ? gemm_graph_us(&cm, nw, st) : -1;
+            cm.mma = 2;
+            const float us_tma = tma && T > 4 && T <= 256 ? gemm_graph_us(&cm, nw, st) : -1;
+            const float us_tma_l2 = us_tma > 0 && si < 4 ? gemm_graph_us(&cm, 1, st) : -1;
             printf("  %-8s T %5d  [%6d x %4d]  %8.4f ms  %7.1f TFLOP/s  %7.0f GB/s", names[si], T,
                    N, K, ms, 2.0 * T * N * K / (ms * 1e9), (double)N * K * 2 / (ms * 1e6));
             if (us > 0)
@@ -182,6 +191,10 @@ static int bench_gemm(cudaStream_t st) {
             if (us_mma > 0)
                 printf(" | mma %7.2f us  %6.0f GB/s  %6.1f TFLOP/s", us_mma,
                        (double)N * K * 2 / (us_mma * 1e3), 2.0 * T * N * K / (us_mma * 1e6));
+            if (us_tma > 0)
+                printf(" | tma %7.2f us  %6.0f GB/s  %6.1f TFLOP/s", us_tma,
+                       (double)N * K * 2 / (us_tma * 1e3), 2.0 * T * N * K / (us_tma * 1e6));
+            if (us_tma_l2 > 0) printf(" | tma in L2 %7.2f us", us_tma_l2);
             printf("\n");
         }
     gemm_destroy(g);
@@ -209,6 +222,8 @@ static int bench_gemm_algos(cudaStream_t st) {
     for (int r = 0; r < GEMM_RANKS; r++) {
         BOK(gemm_create(&g[r], ws, 32 << 20));
         BOK(gemm_set_algo_rank(g[r], r));
+        gemm_set_mma_max_t(g[r], 0); /* every product through cuBLASLt */
+        gemm_set_tma_max_t(g[r], 0);
     }
     printf("gemm-algos: cuBLASLt's first %d algorithms a decode-sized product (bf16 in, f32 out), "
            "%d in a CUDA graph, each its own weights: us a product\n",

@@ -38,6 +38,7 @@ struct CudaGemm {
     int num_plans, next_evict;
     int algo_rank; /* gemm_set_algo_rank: the heuristic's algorithm taken (0: its first) */
     int mma_max_t; /* gemm_set_mma_max_t: the largest T that goes to gemm_mma.cu (0: none) */
+    int tma_max_t; /* gemm_set_tma_max_t: the largest T that goes to gemm_tma.cu (0: none) */
 };
 
 static int lt_error(cublasStatus_t st, int line, const char *what) {
@@ -60,6 +61,19 @@ static int mma_max_t_default(void) {
     return v < 0 ? 0 : v;
 }
 
+/* CVLLM_CUDA_TMA_MAX_T: the largest T whose products with N <= K (o and down: few tiles of y,
+ * long rows of W, split over clusters) go to gemm_tma.cu where gemv.cu and gemm_mma.cu do not take
+ * them, on a 9.0 device (default TMA_MAX_T_DEFAULT; 0: none). H200, qwen3-0.6b, o and down of
+ * 17-64 tokens there: 24 x 512/512 +3.5%, 48 x 512/512 +1.7%, the fp8 default workload +0.4%;
+ * every product of up to 64 tokens there (CVLLM_CUDA_TMA_WIDE=1): -0.6% (docs/BENCHMARKS.md,
+ * round 26). */
+#define TMA_MAX_T_DEFAULT 64
+static int tma_max_t_default(void) {
+    const char *e = getenv("CVLLM_CUDA_TMA_MAX_T");
+    const int v = e && *e ? atoi(e) : TMA_MAX_T_DEFAULT;
+    return v < 0 ? 0 : v;
+}
+
 int gemm_create(CudaGemm **out, void *d_ws, size_t ws_bytes) {
     *out = NULL;
     CudaGemm *g = xcalloc(1, sizeof *g);
@@ -71,6 +85,7 @@ int gemm_create(CudaGemm **out, void *d_ws, size_t ws_bytes) {
     g->ws = d_ws;
     g->ws_bytes = ws_bytes;
     g->mma_max_t = mma_max_t_default();
+    g->tma_max_t = tma_max_t_default();
     *out = g;
     return 0;
 }
@@ -85,6 +100,10 @@ int gemm_set_algo_rank(CudaGemm *g, int rank) {
 
 void gemm_set_mma_max_t(CudaGemm *g, int max_t) {
     g->mma_max_t = max_t < 0 ? 0 : max_t;
+}
+
+void gemm_set_tma_max_t(CudaGemm *g, int max_t) {
+    g->tma_max_t = max_t < 0 ? 0 : max_t;
 }
 
 static void plan_free(GemmPlan *p) {
@@ -168,6 +187,10 @@ static int gemm_run(CudaGemm *g, void *d_y, DType ydt, int acc, int64_t ldy, con
     if (T <= g->mma_max_t && (N <= K || (wide && N <= 16384)) &&
         gemm_mma_supported(adt, T, K, d_x, d_w))
         return gemm_mma_cuda(d_y, ydt, acc, ldy, d_x, d_w, adt, T, N, K, stream);
+    static int tma_wide = -1; /* CVLLM_CUDA_TMA_WIDE=1: products with N > K too (measuring) */
+    if (tma_wide < 0) tma_wide = cuda_env_flag("CVLLM_CUDA_TMA_WIDE", 0);
+    if (T <= g->tma_max_t && (N <= K || tma_wide) && gemm_tma_supported(adt, T, K, d_x, d_w))
+        return gemm_tma_cuda(d_y, ydt, acc, ldy, d_x, d_w, adt, T, N, K, stream);
     GemmPlan *p = NULL;
     for (int i = 0; i < g->num_plans; i++) {
         GemmPlan *q = &g->plans[i];

@@ -249,6 +249,10 @@ int gemm_algo_desc(CudaGemm *g, int T, int N, int K, int64_t ldy, DType adt, cha
 /* Products of gemv_max_t < T <= max_t tokens and N <= K go to gemm_mma.cu from now on (0:
  * none); the default is CVLLM_CUDA_MMA_MAX_T's. */
 void gemm_set_mma_max_t(CudaGemm *g, int max_t);
+/* Products of up to max_t tokens with N <= K that neither gemv.cu nor gemm_mma.cu takes go to
+ * gemm_tma.cu from now on, where it can run them (0: none, every one to cuBLASLt); the default is
+ * CVLLM_CUDA_TMA_MAX_T's (64). */
+void gemm_set_tma_max_t(CudaGemm *g, int max_t);
 
 /* y[T, N] = x[T, K] @ W[N, K]^T on the tensor cores without cuBLASLt (gemm_mma.cu), for decode
  * sizes: bf16 / f16, K a multiple of 64, x and W 16-byte aligned (gemm_mma_supported); y of ydt
@@ -256,6 +260,14 @@ void gemm_set_mma_max_t(CudaGemm *g, int max_t);
  * programmatic dependent launch; the same bits at every run. */
 int gemm_mma_supported(DType adt, int T, int K, const void *d_x, const void *d_w);
 int gemm_mma_cuda(void *d_y, DType ydt, int accumulate, int64_t ldy, const void *d_x,
+                  const void *d_w, DType adt, int T, int N, int K, cudaStream_t stream);
+
+/* The same product fed by the tensor copy engine (gemm_tma.cu): Hopper (compute capability 9.0,
+ * a build with sm_90a code) only, bf16 / f16, K a multiple of 64, x and W 16-byte aligned
+ * (gemm_tma_supported); gemm_mma_cuda's semantics, programmatic launch, the same bits at every
+ * run. */
+int gemm_tma_supported(DType adt, int T, int K, const void *d_x, const void *d_w);
+int gemm_tma_cuda(void *d_y, DType ydt, int accumulate, int64_t ldy, const void *d_x,
                   const void *d_w, DType adt, int T, int N, int K, cudaStream_t stream);
 
 /* y[T, N] (row stride ldy, f32) = x[T, K] @ W[N, K]^T for a few tokens (gemv.cu): bf16 / f16,
