@@ -762,18 +762,14 @@ static void test_gemm(void **state) {
         gemv_cuda_out(ws, DTYPE_F16, 0, 64, ws, ws, DTYPE_BF16, 1, 64, 64, g_stream), 0);
     assert_int_not_equal(
         gemv_cuda_out(ws, DTYPE_BF16, 1, 64, ws, ws, DTYPE_BF16, 1, 64, 64, g_stream), 0);
-    assert_int_not_equal(
-        gemm_mma_cuda(ws, DTYPE_F16, 0, 64, ws, ws, DTYPE_BF16, 16, 64, 64, g_stream), 0);
-    assert_int_not_equal(
-        gemm_mma_cuda(ws, DTYPE_BF16, 1, 64, ws, ws, DTYPE_BF16, 16, 64, 64, g_stream), 0);
-    assert_int_not_equal( /* K not a multiple of 64 */
-        gemm_mma_cuda(ws, DTYPE_F32, 0, 64, ws, ws, DTYPE_BF16, 16, 64, 96, g_stream), 0);
-    assert_int_not_equal(
-        gemm_tma_cuda(ws, DTYPE_F16, 0, 64, ws, ws, DTYPE_BF16, 16, 64, 64, g_stream), 0);
-    assert_int_not_equal(
-        gemm_tma_cuda(ws, DTYPE_BF16, 1, 64, ws, ws, DTYPE_BF16, 16, 64, 64, g_stream), 0);
-    assert_int_not_equal( /* K not a multiple of 64 */
-        gemm_tma_cuda(ws, DTYPE_F32, 0, 64, ws, ws, DTYPE_BF16, 16, 64, 96, g_stream), 0);
+    for (int path = 1; path < 3; path++) { /* gemm_mma_cuda, gemm_tma_cuda */
+        assert_int_not_equal(own[path](ws, DTYPE_F16, 0, 64, ws, ws, DTYPE_BF16, 16, 64, 64,
+                                       g_stream), 0);
+        assert_int_not_equal(own[path](ws, DTYPE_BF16, 1, 64, ws, ws, DTYPE_BF16, 16, 64, 64,
+                                       g_stream), 0);
+        assert_int_not_equal( /* K not a multiple of 64 */
+            own[path](ws, DTYPE_F32, 0, 64, ws, ws, DTYPE_BF16, 16, 64, 96, g_stream), 0);
+    }
     gemm_destroy(g);
     cudaFree(ws);
 }

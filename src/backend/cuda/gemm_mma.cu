@@ -235,47 +235,11 @@ static cudaError_t launch_mma(Y *y, int64_t ldy, const C *x, const C *w, int T, 
     using S = MmaShape<BM, BN>;
     auto kern = gemm_mma_kernel<C, Y, BM, BN, WG>;
     const size_t smem = S::SMEM + (WG ? 1024 : 0);
-    static unsigned attr_set = 0; /* devices 0..31 whose limit is raised for this kernel */
-    int dev = 0;
-    cudaGetDevice(&dev);
-    if (dev >= 32 || !(attr_set >> dev & 1)) {
-        cudaError_t e =
-            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-        if (dev < 32) attr_set |= 1u << dev;
-    }
+    static unsigned attr_set = 0; /* devices whose shared-memory limit is raised (split_k_launch) */
     const int nt = (N + BN - 1) / BN, mt = (T + BM - 1) / BM, nk = K / MMA_BK;
-    /* splits: enough blocks for about one a SM (room is left for the next kernel's blocks,
-     * which programmatic launch schedules beside them), at most 8 (a portable cluster) and at
-     * least 2 steps of K a block */
-    int splits = env_split();
-    if (!splits) {
-        splits = cuda_device_sms() / (nt * mt);
-        if (splits > nk / 2) splits = nk / 2;
-    }
-    if (splits > nk) splits = nk;
-    if (splits > MMA_MAX_SPLIT) splits = MMA_MAX_SPLIT;
-    if (splits < 1) splits = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(nt, splits, mt);
-    cfg.blockDim = dim3(S::THREADS);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
-    cudaLaunchAttribute attr[2];
-    int na = 0;
-    attr[na].id = cudaLaunchAttributeClusterDimension;
-    attr[na].val.clusterDim.x = 1;
-    attr[na].val.clusterDim.y = splits;
-    attr[na].val.clusterDim.z = 1;
-    na++;
-    if (cuda_pdl_enabled()) {
-        attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[na].val.programmaticStreamSerializationAllowed = 1;
-        na++;
-    }
-    cfg.attrs = attr;
-    cfg.numAttrs = na;
-    return cudaLaunchKernelEx(&cfg, kern, y, ldy, x, w, T, N, K, accum);
+    const int splits = split_k_count(nt, mt, nk, env_split(), MMA_MAX_SPLIT);
+    return split_k_launch(kern, &attr_set, nt, splits, mt, S::THREADS, smem, st, y, ldy, x, w, T,
+                          N, K, accum);
 }
 
 template <typename C, typename Y>

@@ -189,51 +189,21 @@ static int launch_tma(Y *y, int64_t ldy, const void *x, const void *w, DType adt
                       int K, bool accum, cudaStream_t st) {
     auto kern = gemm_tma_kernel<C, Y, BT>;
     constexpr int SMEM = TgShape<BT>::SMEM;
-    static unsigned attr_set = 0; /* devices 0..31 whose limit is raised for this kernel */
-    int dev = 0;
-    cudaGetDevice(&dev);
-    if (dev >= 32 || !(attr_set >> dev & 1)) {
-        CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
-        if (dev < 32) attr_set |= 1u << dev;
-    }
     CUtensorMap wm, xm;
     int rc = tma_map_2d(&wm, w, N, K, adt, TG_BW);
     if (!rc) rc = tma_map_2d(&xm, x, T, K, adt, BT);
     if (rc) return rc;
     const int nt = (N + TG_BW - 1) / TG_BW, mt = (T + BT - 1) / BT, nk = K / TG_BK;
-    /* splits: about a block an SM, at most 8 (a portable cluster), at least 2 steps of K each;
-     * CVLLM_CUDA_TMA_SPLIT=N (1..8) takes N for every product, for measuring */
+    /* CVLLM_CUDA_TMA_SPLIT=N (1..8) takes N splits for every product, for measuring */
     static int env_split = -1;
     if (env_split < 0) {
         const char *e = getenv("CVLLM_CUDA_TMA_SPLIT");
         env_split = e && *e ? atoi(e) : 0;
     }
-    int splits = cuda_device_sms() / (nt * mt);
-    if (splits > nk / 2) splits = nk / 2;
-    if (env_split > 0) splits = env_split;
-    if (splits > nk) splits = nk;
-    if (splits > TG_MAX_SPLIT) splits = TG_MAX_SPLIT;
-    if (splits < 1) splits = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(nt, splits, mt);
-    cfg.blockDim = dim3(TG_THREADS);
-    cfg.dynamicSmemBytes = SMEM;
-    cfg.stream = st;
-    cudaLaunchAttribute attr[2];
-    int na = 0;
-    attr[na].id = cudaLaunchAttributeClusterDimension;
-    attr[na].val.clusterDim.x = 1;
-    attr[na].val.clusterDim.y = splits;
-    attr[na].val.clusterDim.z = 1;
-    na++;
-    if (cuda_pdl_enabled()) {
-        attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[na].val.programmaticStreamSerializationAllowed = 1;
-        na++;
-    }
-    cfg.attrs = attr;
-    cfg.numAttrs = na;
-    CUDA_TRY(cudaLaunchKernelEx(&cfg, kern, wm, xm, y, ldy, T, N, K, accum));
+    static unsigned attr_set = 0; /* devices whose shared-memory limit is raised (split_k_launch) */
+    const int splits = split_k_count(nt, mt, nk, env_split, TG_MAX_SPLIT);
+    CUDA_TRY(split_k_launch(kern, &attr_set, nt, splits, mt, TG_THREADS, SMEM, st, wm, xm, y, ldy,
+                            T, N, K, accum));
     return 0;
 }
 

@@ -105,6 +105,56 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t r[4]) {
                  : "memory");
 }
 
+/* Host side of the split-K products (gemm_mma.cu, gemm_tma.cu). The K splits of a product whose
+ * tiles make nt x mt blocks of nk steps of K each: forced (> 0, for measuring) or enough for about
+ * a block an SM (room is left for the next kernel's blocks, which programmatic launch schedules
+ * beside them), at least 2 steps a block; at most maxs (a portable cluster: 8) and nk. */
+static inline int split_k_count(int nt, int mt, int nk, int forced, int maxs) {
+    int splits = forced;
+    if (splits <= 0) {
+        splits = cuda_device_sms() / (nt * mt);
+        if (splits > nk / 2) splits = nk / 2;
+    }
+    if (splits > nk) splits = nk;
+    if (splits > maxs) splits = maxs;
+    return splits < 1 ? 1 : splits;
+}
+/* Launches kern over (nt, splits, mt) blocks of threads, the splits of a tile one thread block
+ * cluster, with smem bytes of dynamic shared memory (past 48 KiB a kernel opts in, once a device:
+ * attr_set, the caller's bits for devices 0..31) and programmatic launch where cuda_pdl_enabled(). */
+template <typename Kern, typename... Args>
+static cudaError_t split_k_launch(Kern kern, unsigned *attr_set, int nt, int splits, int mt,
+                                  int threads, size_t smem, cudaStream_t st, Args... args) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (dev >= 32 || !(*attr_set >> dev & 1)) {
+        cudaError_t e =
+            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+        if (dev < 32) *attr_set |= 1u << dev;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(nt, splits, mt);
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[2];
+    int na = 0;
+    attr[na].id = cudaLaunchAttributeClusterDimension;
+    attr[na].val.clusterDim.x = 1;
+    attr[na].val.clusterDim.y = splits;
+    attr[na].val.clusterDim.z = 1;
+    na++;
+    if (cuda_pdl_enabled()) {
+        attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[na].val.programmaticStreamSerializationAllowed = 1;
+        na++;
+    }
+    cfg.attrs = attr;
+    cfg.numAttrs = na;
+    return cudaLaunchKernelEx(&cfg, kern, args...);
+}
+
 /* Hopper's warpgroup mma (sm_90a): D[64 x 128] += A[64 x 16] B[16 x 128]^T, A and B K-major in
  * shared memory, read through descriptors: the tiles' 128-byte rows swizzled by 128 bytes (the
  * 16-byte chunk c of row r at c ^ (r % 8): gemm_mma.cu's swz(), the copy engine's SWIZZLE_128B),
