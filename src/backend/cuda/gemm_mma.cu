@@ -53,7 +53,6 @@ template <int BM, int BN> struct MmaShape {
                                        : (size_t)BM *RED_LD * 4;
 };
 
-
 /* WG: the product by wgmma (a warpgroup a 64 tokens, BN = 128), else by mma.sync */
 template <typename C, typename Y, int BM, int BN, bool WG>
 __global__ void __launch_bounds__(MmaShape<BM, BN>::THREADS)
