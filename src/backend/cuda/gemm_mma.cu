@@ -220,11 +220,7 @@ extern "C" int gemm_mma_supported(DType adt, int T, int K, const void *d_x, cons
  * blocks the tiles leave (below) */
 static int env_split(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("CVLLM_CUDA_MMA_SPLIT");
-        v = e && *e ? atoi(e) : 0;
-        if (v < 0 || v > MMA_MAX_SPLIT) v = 0;
-    }
+    if (v < 0) v = split_k_env("CVLLM_CUDA_MMA_SPLIT", MMA_MAX_SPLIT);
     return v;
 }
 

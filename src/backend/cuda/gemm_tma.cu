@@ -196,10 +196,7 @@ static int launch_tma(Y *y, int64_t ldy, const void *x, const void *w, DType adt
     const int nt = (N + TG_BW - 1) / TG_BW, mt = (T + BT - 1) / BT, nk = K / TG_BK;
     /* CVLLM_CUDA_TMA_SPLIT=N (1..8) takes N splits for every product, for measuring */
     static int env_split = -1;
-    if (env_split < 0) {
-        const char *e = getenv("CVLLM_CUDA_TMA_SPLIT");
-        env_split = e && *e ? atoi(e) : 0;
-    }
+    if (env_split < 0) env_split = split_k_env("CVLLM_CUDA_TMA_SPLIT", TG_MAX_SPLIT);
     static unsigned attr_set = 0; /* devices whose shared-memory limit is raised (split_k_launch) */
     const int splits = split_k_count(nt, mt, nk, env_split, TG_MAX_SPLIT);
     CUDA_TRY(split_k_launch(kern, &attr_set, nt, splits, mt, TG_THREADS, SMEM, st, wm, xm, y, ldy,
