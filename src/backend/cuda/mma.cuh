@@ -106,17 +106,18 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t r[4]) {
                  : "memory");
 }
 
-/* Host side of the split-K products (gemm_mma.cu, gemm_tma.cu). The K splits of a product whose
- * tiles make nt x mt blocks of nk steps of K each: forced (> 0, for measuring) or enough for about
- * a block an SM (room is left for the next kernel's blocks, which programmatic launch schedules
- * beside them), at least 2 steps a block; at most maxs (a portable cluster: 8) and nk. */
-/* A measuring switch's forced split (CVLLM_CUDA_MMA_SPLIT, CVLLM_CUDA_TMA_SPLIT): N in 1..maxs,
- * else 0 (unset or out of range: split_k_count's own choice). */
+/* Host side of the split-K products (gemm_mma.cu, gemm_tma.cu). A measuring switch's forced
+ * split (CVLLM_CUDA_MMA_SPLIT, CVLLM_CUDA_TMA_SPLIT): N in 1..maxs, else 0 (unset or out of
+ * range: split_k_count's own choice). */
 static inline int split_k_env(const char *name, int maxs) {
     const char *e = getenv(name);
     const int v = e && *e ? atoi(e) : 0;
     return v >= 1 && v <= maxs ? v : 0;
 }
+/* The K splits of a product whose tiles make nt x mt blocks of nk steps of K each: forced (> 0,
+ * for measuring) or enough for about a block an SM (room is left for the next kernel's blocks,
+ * which programmatic launch schedules beside them), at least 2 steps a block; at most maxs (a
+ * portable cluster: 8) and nk. */
 static inline int split_k_count(int nt, int mt, int nk, int forced, int maxs) {
     int splits = forced;
     if (splits <= 0) {
