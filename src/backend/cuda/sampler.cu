@@ -490,11 +490,29 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
     /* greedy, or the argmax the weights are relative to */
     const int warp = threadIdx.x >> 5;
     ArgMax a = {-INFINITY, -1};
-    for_range(S.R.x, 0, vocab, warp, false, [&](float v, int i) {
-        const ArgMax b = {eff_logit(S.R, v, i), i};
-        if (am_better(b, a)) a = b;
-    });
-    a = block_argmax(a);
+    auto exact_argmax = [&]() {
+        for_range(S.R.x, 0, vocab, warp, false, [&](float v, int i) {
+            const ArgMax b = {eff_logit(S.R, v, i), i};
+            if (am_better(b, a)) a = b;
+        });
+        a = block_argmax(a);
+    };
+    if (S.R.cnt) {
+        exact_argmax();
+    } else {
+        /* Without penalties, one compare an id: a thread meets its ids in increasing order
+         * (for_range, not reversed), so a strictly larger value keeps the lowest id of a tie, and
+         * NaN never compares larger. A thread whose values are all -inf or NaN reports none, so
+         * the block's argmax is am_better's whenever some value is above -inf; where none is,
+         * the exact pass decides (a row of -inf and NaN). */
+        float bv = -INFINITY;
+        int bi = -1;
+        for_range(S.R.x, 0, vocab, warp, false, [&](float v, int i) {
+            if (v > bv) bv = v, bi = i;
+        });
+        a = block_argmax(ArgMax{bv, bi});
+        if (a.i < 0) a = ArgMax{-INFINITY, -1}, exact_argmax();
+    }
     const int imax = a.i < 0 ? 0 : a.i;
     int tok = imax;
     if (P.temperature > 0.0f && isfinite(a.v) && a.i >= 0) {
@@ -538,16 +556,22 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
          * order: the range holding the target, then the token inside it */
         unsigned long long mine = 0;
         int last = -1;
-        auto kept_pass = [&](auto pen) {
+        /* FILT: a filter is on (top-k, top-p, min-p); without one kept_w(w, i) is w > 0 (the
+         * boundaries are 0 / INT_MAX, min_w 0), one compare an id instead of five */
+        auto kept_pass = [&](auto pen, auto filt) {
             for_range(S.R.x, 0, vocab, warp, true, [&](float v, int i) {
                 const float w = weight<decltype(pen)::value>(S, v, i);
-                if (kept_w(S, w, i)) mine += wfix(w), last = max(last, i);
+                if (decltype(filt)::value ? kept_w(S, w, i) : w > 0.0f)
+                    mine += wfix(w), last = max(last, i);
             });
         };
+        const bool filt = use_k || use_p || S.min_w > 0.0f;
         if (S.R.cnt)
-            kept_pass(std::true_type());
+            filt ? kept_pass(std::true_type(), std::true_type())
+                 : kept_pass(std::true_type(), std::false_type());
         else
-            kept_pass(std::false_type());
+            filt ? kept_pass(std::false_type(), std::true_type())
+                 : kept_pass(std::false_type(), std::false_type());
         const Ranges t = range_totals(mine, last); /* t.last: the last kept id, the fallback if
                                                       rounding never reaches u */
         const unsigned long long kept = t.total;
