@@ -636,20 +636,33 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
     __shared__ unsigned long long sh_kept;
 
     /* the argmax: each block's, then the cluster's (the same in every block: a total order) */
-    ArgMax a = {-INFINITY, -1};
-    for_range(S.R.x, lo, hi, warp, false, [&](float v, int i) {
-        const ArgMax b = {v, i};
-        if (am_better(b, a)) a = b;
-    });
-    a = block_argmax(a);
-    if (threadIdx.x == 0) sh_v = a.v, sh_i = a.i;
-    cluster.sync();
-    ArgMax g = {-INFINITY, -1};
-    for (int k = 0; k < nc; k++) {
-        const ArgMax b = {*cluster.map_shared_rank(&sh_v, k), *cluster.map_shared_rank(&sh_i, k)};
-        if (am_better(b, g)) g = b;
-    }
-    cluster.sync(); /* every block has read the others' argmax */
+    /* exact: am_better an id; else one compare an id, as sampler_kernel's pass without
+     * penalties (none where no value is above -inf: then the exact pass, in every block) */
+    auto cluster_argmax = [&](bool exact) {
+        ArgMax a = {-INFINITY, -1};
+        if (exact)
+            for_range(S.R.x, lo, hi, warp, false, [&](float v, int i) {
+                const ArgMax b = {v, i};
+                if (am_better(b, a)) a = b;
+            });
+        else
+            for_range(S.R.x, lo, hi, warp, false, [&](float v, int i) {
+                if (v > a.v) a.v = v, a.i = i;
+            });
+        a = block_argmax(a);
+        if (threadIdx.x == 0) sh_v = a.v, sh_i = a.i;
+        cluster.sync();
+        ArgMax g = {-INFINITY, -1};
+        for (int k = 0; k < nc; k++) {
+            const ArgMax b = {*cluster.map_shared_rank(&sh_v, k),
+                              *cluster.map_shared_rank(&sh_i, k)};
+            if (am_better(b, g)) g = b;
+        }
+        cluster.sync(); /* every block has read the others' argmax */
+        return g;
+    };
+    ArgMax g = cluster_argmax(false);
+    if (g.i < 0) g = cluster_argmax(true);
     const int imax = g.i < 0 ? 0 : g.i;
     int tok = imax;
     bool writer = c == 0;
@@ -661,10 +674,17 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
         S.min_w = P.min_p > 0.0f ? P.min_p * 1.0f : 0.0f;
         unsigned long long mine = 0;
         int last = -1;
-        for_range(S.R.x, lo, hi, warp, true, [&](float v, int i) {
-            const float w = weight<false>(S, v, i);
-            if (kept_w(S, w, i)) mine += wfix(w), last = max(last, i);
-        });
+        auto kept_pass = [&](auto filt) { /* filt: min-p on (else kept_w is w > 0) */
+            for_range(S.R.x, lo, hi, warp, true, [&](float v, int i) {
+                const float w = weight<false>(S, v, i);
+                if (decltype(filt)::value ? kept_w(S, w, i) : w > 0.0f)
+                    mine += wfix(w), last = max(last, i);
+            });
+        };
+        if (S.min_w > 0.0f)
+            kept_pass(std::true_type());
+        else
+            kept_pass(std::false_type());
         const Ranges t = range_totals(mine, last);
         if (threadIdx.x == 0) sh_kept = t.total, sh_last = t.last;
         cluster.sync();
