@@ -254,7 +254,9 @@ static void test_qk_norm_rope(void **state) {
     ModelConfig cfg = {.rope_theta = 1000000.0, .rope_type = ROPE_DEFAULT};
     for (int hi = 0; hi < 5; hi++)
         for (int norm = 0; norm < 2; norm++) {
-            const int hd = hds[hi], nh = 6, nkv = 2, T = 23;
+            /* T 600 at head_dim 128: a prefill's launch (256 threads a token, not a warp a
+             * head) */
+            const int hd = hds[hi], nh = 6, nkv = 2, T = hi == 3 ? 600 : 23;
             const int64_t ld = (int64_t)(nh + 2 * nkv) * hd + 8; /* a padded row */
             const int64_t n = T * ld;
             float *qkv = xmalloc(n * sizeof(float)), *ref = xmalloc(n * sizeof(float)),
@@ -294,10 +296,11 @@ static void test_qk_norm_rope(void **state) {
                 const DType kdt = KV_DTYPES[(hi + norm) % 4];
                 const int fp8 = kdt == DTYPE_FP8_E4M3;
                 const float ks = fp8 ? 0.5f : 1.0f, vs = fp8 ? 1.5f : 1.0f;
-                const int kvd = nkv * hd, nslots = 2 * T;
+                /* nslots prime (47, 1201): the slots (t * 5) % nslots are distinct */
+                const int kvd = nkv * hd, nslots = 2 * T + 1;
                 int64_t slot[T];
                 for (int t = 0; t < T; t++)
-                    slot[t] = t % 4 == 1 ? -1 : (t * 5) % nslots; /* distinct */
+                    slot[t] = t % 4 == 1 ? -1 : (t * 5) % nslots;
                 float *d2 = dev_upload(qkv, n * sizeof(float));
                 int64_t *dslot = dev_upload(slot, sizeof slot);
                 const size_t cb = (size_t)nslots * kvd * dtype_size(kdt);
