@@ -254,70 +254,52 @@ static int check_kv_scales(DType kvdt, float k_scale, float v_scale) {
 
 /* qk_norm_rope_kernel and store_kvcache_kernel in one launch (the step's hot path): a block per
  * token, a warp per head: q heads normed and rotated in place, k heads normed, rotated, written
- * back and stored to the cache, v heads stored (slot -1: nothing stored). */
-template <typename C>
+ * back and stored to the cache, v heads stored (slot -1: nothing stored). HD: head_dim 64 or 128
+ * (hd), with the token's rotation table (cos, sin of each pair's angle, formed as norm_rope_head
+ * forms it) made once by the block's first HD threads (blockDim >= HD) and shared by its heads
+ * through norm_rope_head_cs (bit for bit norm_rope_head's results); 0: any hd, each head
+ * computing its own angles (a prefill step's kernel spent most of its time in cosf / sinf that
+ * way: 16,384 tokens of qwen3-0.6b, 236 us a layer over an fp8 cache, 2.1 TB/s, against 147 us
+ * with the table; Nsight Compute, H200, 2026-11-27). */
+template <typename C, int HD>
 __global__ void qk_norm_rope_store_kernel(float *qkv, int64_t ld, const int32_t *positions,
                                           const float *inv_freq, const float *q_norm,
                                           const float *k_norm, int n_heads, int n_kv_heads, int hd,
                                           float eps, C *kc, C *vc, const int64_t *slots,
                                           float k_scale, float v_scale) {
-    pdl_wait();
-    pdl_trigger();
+    __shared__ float2 cs[HD ? HD / 2 : 1];
     const int64_t t = blockIdx.x;
-    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, kv_dim = n_kv_heads * hd;
+    /* the step's inputs, not the kernel ahead's outputs: read before the wait */
     const float pos = (float)positions[t];
     const int64_t slot = slots[t];
-    for (int h = warp; h < n_heads + 2 * n_kv_heads; h += nw) {
-        float *v = qkv + t * ld + (int64_t)h * hd; /* k heads follow the q heads, v the k */
-        if (h >= n_heads + n_kv_heads) {
-            if (slot >= 0)
-                store_head<C>(v, vc + slot * kv_dim + (int64_t)(h - n_heads - n_kv_heads) * hd, hd,
-                              v_scale);
-            continue;
-        }
-        const bool is_k = h >= n_heads;
-        C *dst = is_k && slot >= 0 ? kc + slot * kv_dim + (int64_t)(h - n_heads) * hd : NULL;
-        norm_rope_head<C>(v, v, dst, is_k ? k_norm : q_norm, inv_freq, pos, hd, eps, k_scale);
-    }
-}
-
-/* The same for head_dim HD (64 or 128): the token's rotation table (cos, sin of each pair's angle,
- * formed as norm_rope_head forms it) made once by the block's first HD threads and shared by its
- * heads (norm_rope_head_cs: bit for bit norm_rope_head's results), where every head computed its
- * own: a prefill step's kernel spent most of its time in cosf / sinf (16,384 tokens, qwen3-0.6b:
- * 236 us a layer over an fp8 cache, 2.1 TB/s; Nsight Compute, H200, 2026-11-27). */
-template <typename C, int HD>
-__global__ void qk_norm_rope_store_cs_kernel(float *qkv, int64_t ld, const int32_t *positions,
-                                             const float *inv_freq, const float *q_norm,
-                                             const float *k_norm, int n_heads, int n_kv_heads,
-                                             float eps, C *kc, C *vc, const int64_t *slots,
-                                             float k_scale, float v_scale) {
-    __shared__ float2 cs[HD / 2];
-    const int64_t t = blockIdx.x;
     const int x = threadIdx.x;
-    /* the table's inputs are the step's (positions), not the kernel ahead's outputs */
-    const float pos = (float)positions[t];
-    if (x < HD) {
-        const float angle = pos * inv_freq[x % (HD / 2)];
-        if (x < HD / 2) cs[x].x = cosf(angle);
-        else cs[x - HD / 2].y = sinf(angle);
+    if constexpr (HD > 0) {
+        if (x < HD) {
+            const float angle = pos * inv_freq[x % (HD / 2)];
+            if (x < HD / 2) cs[x].x = cosf(angle);
+            else cs[x - HD / 2].y = sinf(angle);
+        }
     }
-    const int64_t slot = slots[t];
     pdl_wait();
     pdl_trigger();
-    __syncthreads();
-    const int warp = x >> 5, nw = blockDim.x >> 5, kv_dim = n_kv_heads * HD;
+    if (HD) __syncthreads();
+    const int d = HD > 0 ? HD : hd; /* a constant where the table is used */
+    const int warp = x >> 5, nw = blockDim.x >> 5, kv_dim = n_kv_heads * d;
     for (int h = warp; h < n_heads + 2 * n_kv_heads; h += nw) {
-        float *v = qkv + t * ld + (int64_t)h * HD; /* k heads follow the q heads, v the k */
+        float *v = qkv + t * ld + (int64_t)h * d; /* k heads follow the q heads, v the k */
         if (h >= n_heads + n_kv_heads) {
             if (slot >= 0)
-                store_head<C>(v, vc + slot * kv_dim + (int64_t)(h - n_heads - n_kv_heads) * HD, HD,
+                store_head<C>(v, vc + slot * kv_dim + (int64_t)(h - n_heads - n_kv_heads) * d, d,
                               v_scale);
             continue;
         }
         const bool is_k = h >= n_heads;
-        C *dst = is_k && slot >= 0 ? kc + slot * kv_dim + (int64_t)(h - n_heads) * HD : NULL;
-        norm_rope_head_cs<C, HD>(v, v, dst, NULL, is_k ? k_norm : q_norm, cs, eps, k_scale);
+        C *dst = is_k && slot >= 0 ? kc + slot * kv_dim + (int64_t)(h - n_heads) * d : NULL;
+        const float *w = is_k ? k_norm : q_norm;
+        if constexpr (HD > 0)
+            norm_rope_head_cs<C, HD>(v, v, dst, NULL, w, cs, eps, k_scale);
+        else
+            norm_rope_head<C>(v, v, dst, w, inv_freq, pos, hd, eps, k_scale);
     }
 }
 
@@ -334,27 +316,16 @@ extern "C" int qk_norm_rope_store_cuda(float *d_qkv, int64_t ld, const int32_t *
      * faster there, 2026-11-22) */
     int threads = T <= 512 ? 32 * (n_heads + 2 * n_kv_heads) : 256;
     if (threads > 1024) threads = 1024;
-    if ((hd == 64 || hd == 128) && threads >= hd) {
-        if (hd == 128)
-            DISPATCH_KV_DTYPE(kvdt, C,
-                              pdl_launch(qk_norm_rope_store_cs_kernel<C, 128>, T, threads, 0,
-                                         stream, d_qkv, ld, d_positions, d_inv_freq, d_q_norm,
-                                         d_k_norm, n_heads, n_kv_heads, eps, (C *)d_k_cache,
-                                         (C *)d_v_cache, d_slot_mapping, k_scale, v_scale));
-        else
-            DISPATCH_KV_DTYPE(kvdt, C,
-                              pdl_launch(qk_norm_rope_store_cs_kernel<C, 64>, T, threads, 0,
-                                         stream, d_qkv, ld, d_positions, d_inv_freq, d_q_norm,
-                                         d_k_norm, n_heads, n_kv_heads, eps, (C *)d_k_cache,
-                                         (C *)d_v_cache, d_slot_mapping, k_scale, v_scale));
-        CUDA_LAUNCH_TRY();
-        return 0;
-    }
-    DISPATCH_KV_DTYPE(kvdt, C,
-                      pdl_launch(qk_norm_rope_store_kernel<C>, T, threads, 0, stream,
-                          d_qkv, ld, d_positions, d_inv_freq, d_q_norm, d_k_norm, n_heads,
-                          n_kv_heads, hd, eps, (C *)d_k_cache, (C *)d_v_cache, d_slot_mapping,
-                          k_scale, v_scale));
+    /* the rotation table needs a thread for each of its HD entries */
+    const int HD = (hd == 64 || hd == 128) && threads >= hd ? hd : 0;
+    DISPATCH_KV_DTYPE(kvdt, C, {
+        auto kern = HD == 128  ? qk_norm_rope_store_kernel<C, 128>
+                    : HD == 64 ? qk_norm_rope_store_kernel<C, 64>
+                               : qk_norm_rope_store_kernel<C, 0>;
+        pdl_launch(kern, T, threads, 0, stream, d_qkv, ld, d_positions, d_inv_freq, d_q_norm,
+                   d_k_norm, n_heads, n_kv_heads, hd, eps, (C *)d_k_cache, (C *)d_v_cache,
+                   d_slot_mapping, k_scale, v_scale);
+    });
     CUDA_LAUNCH_TRY();
     return 0;
 }

@@ -511,7 +511,10 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
             if (v > bv) bv = v, bi = i;
         });
         a = block_argmax(ArgMax{bv, bi});
-        if (a.i < 0) a = ArgMax{-INFINITY, -1}, exact_argmax();
+        if (a.i < 0) {
+            a = ArgMax{-INFINITY, -1};
+            exact_argmax();
+        }
     }
     const int imax = a.i < 0 ? 0 : a.i;
     int tok = imax;
