@@ -1555,9 +1555,7 @@ __device__ __forceinline__ void dtc_pre_store(const DtcPre &d, const DtcBlock &b
     if constexpr (FUSE) {
         const int x = threadIdx.x;
         if (b.fused && x < HD) {
-            const float angle = d.pos * d.invf;
-            if (x < HD / 2) r.cs[x].x = cosf(angle);
-            else r.cs[x - HD / 2].y = sinf(angle);
+            rope_table_entry<HD>(r.cs, x, d.pos, d.invf);
             r.w[0][x] = d.qw, r.w[1][x] = d.kw;
         }
     }

@@ -274,11 +274,7 @@ __global__ void qk_norm_rope_store_kernel(float *qkv, int64_t ld, const int32_t 
     const int64_t slot = slots[t];
     const int x = threadIdx.x;
     if constexpr (HD > 0) {
-        if (x < HD) {
-            const float angle = pos * inv_freq[x % (HD / 2)];
-            if (x < HD / 2) cs[x].x = cosf(angle);
-            else cs[x - HD / 2].y = sinf(angle);
-        }
+        if (x < HD) rope_table_entry<HD>(cs, x, pos, inv_freq[x % (HD / 2)]);
     }
     pdl_wait();
     pdl_trigger();

@@ -48,9 +48,19 @@ __device__ __forceinline__ void norm_rope_head(const float *src, float *dst, C *
     }
 }
 
+/* Entry x < HD of a token's rotation table for norm_rope_head_cs, by thread x: x < HD / 2 the
+ * cosine of pair x's angle, else the sine of pair x - HD / 2's (invf: inv_freq[x % (HD / 2)]), the
+ * angle formed as norm_rope_head forms it, so that the table's results are its bit for bit. */
+template <int HD>
+__device__ __forceinline__ void rope_table_entry(float2 *cs, int x, float pos, float invf) {
+    const float angle = pos * invf;
+    if (x < HD / 2) cs[x].x = cosf(angle);
+    else cs[x - HD / 2].y = sinf(angle);
+}
+
 /* norm_rope_head for a head_dim HD known at compile time (a multiple of 64), its inputs from
- * tables made before the head's values exist: cs[i] = (cosf(pos * inv_freq[i]), sinf(...)) (the
- * angle formed as above), the norm's weights w (NULL: no norm); the head's values are read once,
+ * tables made before the head's values exist: cs[i] = (cosf(pos * inv_freq[i]), sinf(...))
+ * (rope_table_entry), the norm's weights w (NULL: no norm); the head's values are read once,
  * into registers. Bit for bit norm_rope_head's results: the same operations in the same order
  * (the sum of squares lane by lane over i = lane, lane + 32, .., then across the warp). The rotated
  * values go to dst (f32) and / or to cache and cache2 (C); any may be NULL. */

@@ -352,6 +352,13 @@ template <typename SS> __device__ __forceinline__ bool kept_w(const SS &S, float
     return w > 0.0f && w >= S.min_w && inside(wkey(w), i, S.p_key, S.p_id);
 }
 
+/* kept_w where FILT (a filter is on: top-k, top-p or min-p); without one the boundaries are 0 /
+ * INT_MAX and min_w 0, so kept_w is w > 0: one compare an id instead of five */
+template <bool FILT, typename SS>
+__device__ __forceinline__ bool kept_as(const SS &S, float w, int i) {
+    return FILT ? kept_w(S, w, i) : w > 0.0f;
+}
+
 /* The rank-th (1-based) lowest id among tokens with key == v inside the top-k set (-1: fewer). */
 template <typename SS> __device__ int nth_tied_id(const SS &S, uint32_t v, int rank) {
     if (rank < 1) return -1;
@@ -559,12 +566,10 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
          * order: the range holding the target, then the token inside it */
         unsigned long long mine = 0;
         int last = -1;
-        /* FILT: a filter is on (top-k, top-p, min-p); without one kept_w(w, i) is w > 0 (the
-         * boundaries are 0 / INT_MAX, min_w 0), one compare an id instead of five */
-        auto kept_pass = [&](auto pen, auto filt) {
+        auto kept_pass = [&](auto pen, auto filt) { /* filt: a filter is on (kept_as) */
             for_range(S.R.x, 0, vocab, warp, true, [&](float v, int i) {
                 const float w = weight<decltype(pen)::value>(S, v, i);
-                if (decltype(filt)::value ? kept_w(S, w, i) : w > 0.0f)
+                if (kept_as<decltype(filt)::value>(S, w, i))
                     mine += wfix(w), last = max(last, i);
             });
         };
@@ -677,10 +682,10 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
         S.min_w = P.min_p > 0.0f ? P.min_p * 1.0f : 0.0f;
         unsigned long long mine = 0;
         int last = -1;
-        auto kept_pass = [&](auto filt) { /* filt: min-p on (else kept_w is w > 0) */
+        auto kept_pass = [&](auto filt) { /* filt: min-p on (kept_as) */
             for_range(S.R.x, lo, hi, warp, true, [&](float v, int i) {
                 const float w = weight<false>(S, v, i);
-                if (decltype(filt)::value ? kept_w(S, w, i) : w > 0.0f)
+                if (kept_as<decltype(filt)::value>(S, w, i))
                     mine += wfix(w), last = max(last, i);
             });
         };
