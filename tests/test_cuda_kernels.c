@@ -1239,11 +1239,13 @@ static void prefill_cases(void) {
     run_attention_case(&big);
 }
 
-/* Every case as the launcher chooses (blocks of one query head, or over an fp8 cache of two of a
- * GQA group where the grid of pairs is large enough), then with pairs wherever the group's size
- * is even (CVLLM_CUDA_PREFILL_HB2=2: the small grids and 16-bit caches here would otherwise not
- * take them), with two m-tiles a warp over any cache (CVLLM_CUDA_PREFILL_MT=2: blocks of 128
- * queries; the launcher's choice over 16-bit caches), and with one m-tile a warp (=1). */
+/* Every case as the launcher chooses (head_dim 128 on a 9.0 device: the warpgroup kernel,
+ * attention_prefill_wg.cu; else blocks of one query head, or over an fp8 cache of two of a GQA
+ * group where the grid of pairs is large enough), then without the warpgroup kernel
+ * (CVLLM_CUDA_PREFILL_WG=0): with pairs wherever the group's size is even
+ * (CVLLM_CUDA_PREFILL_HB2=2: the small grids and 16-bit caches here would otherwise not take
+ * them), with two m-tiles a warp over any cache (CVLLM_CUDA_PREFILL_MT=2: blocks of 128 queries;
+ * the launcher's choice over 16-bit caches), and with one m-tile a warp (=1). */
 static void test_attention_prefill(void **state) {
     (void)state;
     static const char *names[] = {"", "the launcher's choice", "query-head pairs",
@@ -1251,10 +1253,12 @@ static void test_attention_prefill(void **state) {
     static const char *mt[] = {"", "", "1", "2", "1"};
     for (int mode = 1; mode <= 4; mode++) {
         printf("  prefill blocks: %s\n", names[mode]);
+        setenv("CVLLM_CUDA_PREFILL_WG", mode == 1 ? "1" : "0", 1);
         setenv("CVLLM_CUDA_PREFILL_HB2", mode == 2 ? "2" : "1", 1);
         setenv("CVLLM_CUDA_PREFILL_MT", mt[mode], 1);
         prefill_cases();
     }
+    unsetenv("CVLLM_CUDA_PREFILL_WG");
     unsetenv("CVLLM_CUDA_PREFILL_HB2");
     unsetenv("CVLLM_CUDA_PREFILL_MT");
 }

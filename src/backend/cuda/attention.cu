@@ -21,11 +21,14 @@
  * thread owns a row's 8 scores and a quarter of its output, and the row's softmax state is kept
  * by the four threads that share the row. The keys come from the cache (written by
  * store_kvcache_cuda first), so a prefix-cache hit or an earlier chunk is read like any key.
- * An fp8 cache is dequantized as it is read (the tensor-core kernel: into bf16 / f16 tiles). */
+ * An fp8 cache is dequantized as it is read (the tensor-core kernel: into bf16 / f16 tiles).
+ * On a 9.0 device with head_dim 128 and 16-bit products, attention_prefill_wg.cu's warpgroup
+ * kernel takes the prefill instead (attention_prefill_cuda below). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_util.cuh"
+#include "backend/cuda/attention.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/qk_norm_rope.cuh"
 #include "backend/cuda/tma.cuh"
@@ -37,14 +40,6 @@
 #define PRE_BQ 32
 #define PRE_BK 32
 
-__device__ __forceinline__ void store_out(void *out, DType adt, int64_t i, float v) {
-    if (adt == DTYPE_BF16)
-        ((__nv_bfloat16 *)out)[i] = __float2bfloat16_rn(v);
-    else if (adt == DTYPE_F16)
-        ((__half *)out)[i] = __float2half_rn(v);
-    else
-        ((float *)out)[i] = v;
-}
 
 /* Loads N elements of type C at p (aligned to N * sizeof(C) bytes, N * sizeof(C) a multiple of
  * 16 or less than 16) into f[] (fp8: times scale). */
@@ -703,7 +698,7 @@ static int check_params(const AttentionParams *p) {
  * 4 * head_dim / 16 multiplications a thread and their shuffles (FlashAttention-3's lazy
  * rescaling). The result is the same sums divided by the same total, only relative to another
  * max; CVLLM_CUDA_DEC_LAZY=0 moves the max at every step as before (a test compares them). */
-#define DTC_LAZY 8.0f
+/* DTC_LAZY: attention.cuh */
 static int g_dec_lazy = -1; /* attention_decode_set_lazy's; -1: the environment's */
 extern "C" void attention_decode_set_lazy(int on) {
     g_dec_lazy = on < 0 ? -1 : on != 0;
@@ -884,28 +879,6 @@ static int launch_prefill(const AttentionParams &p, cudaStream_t stream) {
 
 #define TC_BQ 64
 #define TC_BK 64
-
-template <typename C> __device__ __forceinline__ uint32_t pack2(float a, float b);
-template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float a, float b) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(a, b); /* .x (a) in the low half */
-    return *(uint32_t *)&v;
-}
-template <> __device__ __forceinline__ uint32_t pack2<__half>(float a, float b) {
-    __half2 v = __floats2half2_rn(a, b);
-    return *(uint32_t *)&v;
-}
-
-/* 8 fp8 e4m3 values (raw) times scale, rounded to C, as 16 bytes */
-template <typename C> __device__ __forceinline__ uint4 fp8x8_to(uint2 raw, float scale) {
-    const __nv_fp8x2_storage_t *p2 = (const __nv_fp8x2_storage_t *)&raw;
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float2 v = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(p2[i], __NV_E4M3)));
-        w[i] = pack2<C>(v.x * scale, v.y * scale);
-    }
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
 
 /* C: the 16-bit type of the products (the cache's, or the model's for an fp8 cache); KV: the
  * cache's element type (C, or __nv_fp8_e4m3); HB: the query heads of a block (1, or 2 of one GQA
@@ -1281,6 +1254,8 @@ extern "C" int attention_prefill_cuda(const AttentionParams *p, cudaStream_t str
     int rc = check_params(p);
     if (rc) return rc;
     if (p->num_seqs <= 0 || p->max_seqlen_q <= 0) return 0;
+    if (attention_prefill_uses_tc(p) && attention_prefill_wg_supported(p))
+        return attention_prefill_wg_cuda(p, stream);
     if (attention_prefill_uses_tc(p)) {
         if (p->kvdt == DTYPE_BF16)
             rc = launch_prefill_tc_hd<__nv_bfloat16, __nv_bfloat16>(*p, stream);

@@ -1,0 +1,299 @@
+/* attention_prefill_wg.cu: the prefill attention on Hopper's warpgroup mma (sm_90a), head_dim 128.
+ * The same function as attention.cu's tensor-core prefill (varlen, causal, cached prefix, keys read
+ * from the paged cache through the block tables, an fp8 cache dequantized into 16-bit tiles; the
+ * CPU twin is attention_cpu) with the same roundings: q and the softmax weights rounded to the
+ * 16-bit type C of the products, f32 sums, the lazy running max (DTC_LAZY).
+ *
+ * A block of two warpgroups takes 128 queries of one head (64 a warpgroup) and walks the keys in
+ * tiles of 64. The tiles live in shared memory as wgmma reads them: rows of 64 elements (128
+ * bytes) swizzled by 128 bytes (16-byte chunk c of row r at c ^ r % 8), a head's 128 dimensions
+ * as two such regions of 64 rows (8 KB each). Q (rows = queries) and K (rows = keys) are
+ * K-major operands of S = Q K^T (wgmma m64n64k16, eight k-steps over the dimensions); V is laid
+ * out exactly as K and read "transposed" (MN-major) as the B operand of O += P V, whose A, the
+ * softmax weights P, stays in registers: an m64n64 accumulator's pairs of n8 columns are an
+ * m64k16 A fragment (wgmma m64n128k16, four k-steps over the keys). Every thread of the block
+ * copies its share of the next tile (a 16-bit cache by cp.async; fp8 into registers, converted
+ * and stored after the current tile's products) while the warpgroups compute on the current one:
+ * two stages. */
+#include <stdlib.h>
+
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/mma.cuh"
+
+#define WG_HD 128 /* head_dim */
+#define WG_BQ 128 /* queries a block: two warpgroups of 64 */
+#define WG_Q_BYTES (2 * 2 * 64 * 128) /* the block's 128 query rows: two 64-row tiles */
+/* shared memory: Q, two stages of K and V tiles of BK keys, alignment */
+template <int BK> constexpr int wg_smem_bytes() {
+    return WG_Q_BYTES + 2 * 2 * (2 * BK * 128) + 1024;
+}
+
+/* byte offset of row r's 16-byte chunk cc (8 elements, 0..15) in a tile of ROWS rows */
+template <int ROWS> __device__ __forceinline__ uint32_t wg_swz(int r, int cc) {
+    return (uint32_t)((cc >> 3) * ROWS * 128 + r * 128 + (((cc & 7) ^ (r & 7)) << 4));
+}
+
+/* a descriptor of an MN-major operand at shared address saddr, 128-byte swizzle: lbo bytes between
+ * its 64-column halves, sbo between 8-row groups (a build with the two exchanged fails
+ * test_attention_prefill: H200, 2026-11-27) */
+__device__ __forceinline__ uint64_t wg_desc_mn(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((saddr & 0x3ffff) >> 4) | ((uint64_t)(lbo >> 4) << 16) |
+           ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
+}
+
+/* BK: keys a tile (64: S by m64n64k16; 128: by m64n128k16, fewer shared-memory reads of Q a key) */
+template <typename C, typename KV, int BK>
+__global__ void __launch_bounds__(256, 1)
+    attention_prefill_wg_kernel(AttentionParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int REGION = BK * 128, TILE = 2 * REGION; /* K or V: two regions of 64 dimensions */
+    extern __shared__ __align__(1024) unsigned char wg_smem[];
+    const uint32_t raw = smem_addr(wg_smem), sbase = (raw + 1023u) & ~1023u;
+    unsigned char *const sm = wg_smem + (sbase - raw);
+    const int s = blockIdx.z, h = blockIdx.y, tid = threadIdx.x;
+    const int q0 = p.cu_seqlens_q[s], qlen = p.cu_seqlens_q[s + 1] - q0;
+    const int ntiles = (qlen + WG_BQ - 1) / WG_BQ;
+    if ((int)blockIdx.x >= ntiles) return;
+    const int tile0 = (ntiles - 1 - (int)blockIdx.x) * WG_BQ; /* the longest tile first */
+    const int ctx = p.context_lens[s], kvh = h / (p.n_heads / p.n_kv_heads);
+    const int rows = min(WG_BQ, qlen - tile0);
+    const int64_t kv_stride = (int64_t)p.n_kv_heads * WG_HD;
+    const int32_t *table = p.block_tables + (int64_t)s * p.max_blocks_per_seq;
+    const KV *kc = (const KV *)p.k_cache, *vc = (const KV *)p.v_cache;
+    const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const int base = ctx - qlen + tile0; /* position of the tile's row 0: it sees keys 0..base */
+    const int kmax = base + rows;        /* keys the block needs */
+    const int r0 = wg * 64 + warp * 16;  /* the warp's first row */
+    const bool wg_rows = wg * 64 < rows; /* the warpgroup has queries (else it only copies) */
+    const int wg_last = base + wg * 64 + 63; /* the warpgroup's last row position */
+
+    /* Q (f32) rounded to C into its two 64-row tiles */
+    for (int i = tid; i < WG_BQ * 16; i += 256) {
+        const int r = i >> 4, cc = i & 15;
+        uint4 u = make_uint4(0, 0, 0, 0);
+        if (r < rows) {
+            const float *src =
+                p.q + (int64_t)(q0 + tile0 + r) * p.ldq + (int64_t)h * WG_HD + cc * 8;
+            const float4 a = *(const float4 *)src, b = *(const float4 *)(src + 4);
+            u = make_uint4(pack2<C>(a.x, a.y), pack2<C>(a.z, a.w), pack2<C>(b.x, b.y),
+                           pack2<C>(b.z, b.w));
+        }
+        *(uint4 *)(sm + (r >> 6) * (WG_Q_BYTES / 2) + wg_swz<64>(r & 63, cc)) = u;
+    }
+
+    const int bsz = p.block_size, bsh = (bsz & (bsz - 1)) == 0 ? __ffs(bsz) - 1 : -1;
+    auto slot_of = [&](int key) -> int64_t {
+        const int blk = bsh >= 0 ? key >> bsh : key / bsz;
+        return (int64_t)table[blk] * bsz + (key - blk * bsz);
+    };
+    /* a tile's copies: thread tid takes chunks tid, tid + 256, .. of the BK x 16 chunks of K and
+     * of V (16 consecutive threads a key's 128 dimensions), keys past kmax as zeros */
+    constexpr int PER = BK * 16 / 256;
+    uint2 kr[IsFp8<KV>::value ? PER : 1], vr[IsFp8<KV>::value ? PER : 1];
+    (void)kr, (void)vr;
+    auto stage_of = [&](int st) -> uint32_t { return (uint32_t)(WG_Q_BYTES + st * 2 * TILE); };
+    auto load_fp8 = [&](int kt) {
+#pragma unroll
+        for (int u = 0; u < PER; u++) {
+            const int i = tid + u * 256, j = i >> 4, cc = i & 15, key = kt + j;
+            kr[u] = vr[u] = make_uint2(0, 0);
+            if (key < kmax) {
+                const int64_t off = slot_of(key) * kv_stride + (int64_t)kvh * WG_HD + cc * 8;
+                kr[u] = *(const uint2 *)(kc + off);
+                vr[u] = *(const uint2 *)(vc + off);
+            }
+        }
+    };
+    auto store_fp8 = [&](int st) {
+        unsigned char *const ks = sm + stage_of(st), *const vs = ks + TILE;
+#pragma unroll
+        for (int u = 0; u < PER; u++) {
+            const int i = tid + u * 256, j = i >> 4, cc = i & 15;
+            *(uint4 *)(ks + wg_swz<BK>(j, cc)) = fp8x8_to<C>(kr[u], p.k_scale);
+            *(uint4 *)(vs + wg_swz<BK>(j, cc)) = fp8x8_to<C>(vr[u], p.v_scale);
+        }
+    };
+    auto issue16 = [&](int kt, int st) {
+        const uint32_t ks = sbase + stage_of(st), vs = ks + TILE;
+#pragma unroll
+        for (int u = 0; u < PER; u++) {
+            const int i = tid + u * 256, j = i >> 4, cc = i & 15, key = kt + j;
+            const int sz = key < kmax ? 16 : 0;
+            int64_t off = 0;
+            if (sz) off = slot_of(key) * kv_stride + (int64_t)kvh * WG_HD + cc * 8;
+            const uint32_t o = wg_swz<BK>(j, cc);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ks + o),
+                         "l"(kc + off), "r"(sz));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(vs + o),
+                         "l"(vc + off), "r"(sz));
+        }
+        cp_async_commit();
+    };
+
+    float o[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        o[i] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    const float sl2 = p.scale * 1.4426950408889634f; /* scores in log2 units */
+    const uint32_t qb = sbase + (uint32_t)(wg * (WG_Q_BYTES / 2));
+    const int ntk = (kmax + BK - 1) / BK;
+    if constexpr (IsFp8<KV>::value)
+        load_fp8(0);
+    else
+        issue16(0, 0);
+    for (int it = 0; it < ntk; it++) {
+        const int kt = it * BK, st = it & 1;
+        if constexpr (IsFp8<KV>::value) {
+            store_fp8(st); /* tile it, loaded during the last iteration (or before the loop) */
+            wgmma_proxy_fence(); /* these stores (and Q's) before wgmma's reads */
+            __syncthreads();     /* every thread's stores; every warpgroup done with tile it - 1 */
+            if (it + 1 < ntk) load_fp8(kt + BK);
+        } else {
+            __syncthreads(); /* stage st ^ 1 (tile it - 1) is no longer read */
+            if (it + 1 < ntk)
+                issue16(kt + BK, st ^ 1);
+            else
+                cp_async_commit(); /* an empty group: the count stays */
+            cp_async_wait<1>();    /* this thread's copies of tile it */
+            wgmma_proxy_fence();
+            __syncthreads(); /* everyone's */
+        }
+        if (!wg_rows || kt > wg_last) continue; /* warpgroup-uniform */
+        const uint32_t kb = sbase + stage_of(st), vb = kb + TILE;
+        constexpr int NS = BK / 8; /* n8 columns of S */
+        float sc[4 * NS];
+#pragma unroll
+        for (int i = 0; i < 4 * NS; i++)
+            sc[i] = 0.0f;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < WG_HD / 16; kk++) {
+            const uint32_t qo = (uint32_t)((kk >> 2) * 8192 + (kk & 3) * 32);
+            const uint32_t ko = (uint32_t)((kk >> 2) * REGION + (kk & 3) * 32);
+            if constexpr (BK == 128)
+                wgmma_m64n128k16<C>(sc, wgmma_desc(qb + qo), wgmma_desc(kb + ko));
+            else
+                wgmma_m64n64k16<C>(sc, wgmma_desc(qb + qo), wgmma_desc(kb + ko));
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        /* sc[4n + e]: row g (e < 2) or g + 8 of the warp's 16, key kt + 8n + 2 t4 + (e & 1) */
+        const int pos0 = base + r0 + g, pos1 = pos0 + 8;
+        if (kt + BK - 1 > base + r0) { /* the causal edge (warp-uniform) */
+#pragma unroll
+            for (int n = 0; n < NS; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (kt + n * 8 + 2 * t4 + (e & 1) > (e < 2 ? pos0 : pos1))
+                        sc[4 * n + e] = -INFINITY;
+        }
+        float mx0 = -INFINITY, mx1 = -INFINITY; /* the raw scores' max */
+#pragma unroll
+        for (int n = 0; n < NS; n++) {
+            mx0 = fmaxf(mx0, fmaxf(sc[4 * n], sc[4 * n + 1]));
+            mx1 = fmaxf(mx1, fmaxf(sc[4 * n + 2], sc[4 * n + 3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        /* the lazy running max (attention.cu's prefill kernel): moved only past DTC_LAZY */
+        const float o0 = m0, o1 = m1;
+        if (mx0 * sl2 > o0 + DTC_LAZY) m0 = mx0 * sl2;
+        if (mx1 * sl2 > o1 + DTC_LAZY) m1 = mx1 * sl2;
+        const float c0 = o0 == -INFINITY ? 0.0f : fast_exp2(o0 - m0);
+        const float c1 = o1 == -INFINITY ? 0.0f : fast_exp2(o1 - m1);
+        const float ms0 = m0 == -INFINITY ? 0.0f : m0, ms1 = m1 == -INFINITY ? 0.0f : m1;
+        float rs0 = 0.0f, rs1 = 0.0f;
+        uint32_t pf[BK / 16][4]; /* P's A fragments, a k-step of 16 keys each */
+#pragma unroll
+        for (int n = 0; n < NS; n++) {
+            const float p0 = fast_exp2(fmaf(sc[4 * n], sl2, -ms0));
+            const float p1 = fast_exp2(fmaf(sc[4 * n + 1], sl2, -ms0));
+            const float p2 = fast_exp2(fmaf(sc[4 * n + 2], sl2, -ms1));
+            const float p3 = fast_exp2(fmaf(sc[4 * n + 3], sl2, -ms1));
+            rs0 += p0 + p1;
+            rs1 += p2 + p3;
+            pf[n / 2][(n & 1) * 2 + 0] = pack2<C>(p0, p1);
+            pf[n / 2][(n & 1) * 2 + 1] = pack2<C>(p2, p3);
+        }
+        l0 = l0 * c0 + rs0; /* a quarter of the row's sum: reduced over the quad at the end */
+        l1 = l1 * c1 + rs1;
+        if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
+#pragma unroll
+            for (int d = 0; d < 16; d++) {
+                o[4 * d] *= c0, o[4 * d + 1] *= c0;
+                o[4 * d + 2] *= c1, o[4 * d + 3] *= c1;
+            }
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int k16 = 0; k16 < BK / 16; k16++)
+            wgmma_m64n128k16_rt<C>(o, pf[k16], wg_desc_mn(vb + k16 * 2048, REGION, 1024));
+        wgmma_commit();
+        wgmma_wait<0>();
+    }
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int r = r0 + g + half * 8;
+        if (r >= rows) continue;
+        const float l = half ? l1 : l0, inv = l > 0.0f ? 1.0f / l : 0.0f;
+        const int64_t ob = (int64_t)(q0 + tile0 + r) * p.n_heads * WG_HD + (int64_t)h * WG_HD + 2 * t4;
+#pragma unroll
+        for (int d = 0; d < 16; d++) {
+            store_out(p.out, p.adt, ob + d * 8, o[4 * d + half * 2] * inv);
+            store_out(p.out, p.adt, ob + d * 8 + 1, o[4 * d + half * 2 + 1] * inv);
+        }
+    }
+#else
+    (void)p;
+    __trap(); /* an sm_90a kernel: never launched elsewhere (attention_prefill_wg_supported) */
+#endif
+}
+
+#ifdef CVLLM_SM90A /* the build has sm_90a machine code (CMakeLists.txt) */
+#define WG_HOST_SM90A 1
+#else
+#define WG_HOST_SM90A 0
+#endif
+
+int attention_prefill_wg_supported(const AttentionParams *p) {
+    const char *e = getenv("CVLLM_CUDA_PREFILL_WG");
+    if (e && *e == '0') return 0;
+    const int c16 = p->kvdt == DTYPE_BF16 || p->kvdt == DTYPE_F16 ||
+                    (p->kvdt == DTYPE_FP8_E4M3 && (p->adt == DTYPE_BF16 || p->adt == DTYPE_F16));
+    return WG_HOST_SM90A && cuda_device_cc() == 90 && c16 && p->hd == WG_HD && p->ldq % 4 == 0 &&
+           ((uintptr_t)p->q & 15) == 0 && ((uintptr_t)p->k_cache & 15) == 0 &&
+           ((uintptr_t)p->v_cache & 15) == 0;
+}
+
+template <typename C, typename KV, int BK>
+static int launch_wg(const AttentionParams &p, cudaStream_t stream) {
+    auto kern = attention_prefill_wg_kernel<C, KV, BK>;
+    constexpr int SMEM = wg_smem_bytes<BK>();
+    static int attr_set = 0; /* per instantiation */
+    if (!attr_set) {
+        CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
+        attr_set = 1;
+    }
+    dim3 grid((p.max_seqlen_q + WG_BQ - 1) / WG_BQ, p.n_heads, p.num_seqs);
+    kern<<<grid, 256, SMEM, stream>>>(p);
+    CUDA_LAUNCH_TRY();
+    return 0;
+}
+
+/* 64-key tiles: H200, 2026-11-27, against 128-key tiles (S by m64n128k16): fp8 default workload
+ * 38,854 / 38,836 against 38,776 / 38,803 output tok/s; 64 x 2,048-token prompts 328,396 against
+ * 328,836 total tok/s (docs/BENCHMARKS.md, round 29) */
+int attention_prefill_wg_cuda(const AttentionParams *p, cudaStream_t stream) {
+    const int BK = 64;
+    if (p->kvdt == DTYPE_BF16) return launch_wg<__nv_bfloat16, __nv_bfloat16, BK>(*p, stream);
+    if (p->kvdt == DTYPE_F16) return launch_wg<__half, __half, BK>(*p, stream);
+    if (p->adt == DTYPE_BF16) return launch_wg<__nv_bfloat16, __nv_fp8_e4m3, BK>(*p, stream);
+    return launch_wg<__half, __nv_fp8_e4m3, BK>(*p, stream);
+}
