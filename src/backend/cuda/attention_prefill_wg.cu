@@ -22,15 +22,16 @@
 
 #define WG_HD 128 /* head_dim */
 #define WG_BQ 128 /* queries a block: two warpgroups of 64 */
-#define WG_Q_BYTES (2 * 2 * 64 * 128) /* the block's 128 query rows: two 64-row tiles */
-/* shared memory: Q, two stages of K and V tiles of BK keys, alignment */
-template <int BK> constexpr int wg_smem_bytes() {
-    return WG_Q_BYTES + 2 * 2 * (2 * BK * 128) + 1024;
-}
+#define WG_BK 64  /* keys a tile */
+#define WG_ST 2   /* stages of K and V tiles */
+#define WG_REGION (64 * 128)           /* 64 rows of 64 dimensions (128 bytes) */
+#define WG_TILE (2 * WG_REGION)        /* 64 rows of 128 dimensions: Q's of a warpgroup, K or V */
+#define WG_Q_BYTES (2 * WG_TILE)       /* the block's 128 query rows */
+#define WG_SMEM (WG_Q_BYTES + WG_ST * 2 * WG_TILE + 1024) /* Q, the stages, alignment */
 
-/* byte offset of row r's 16-byte chunk cc (8 elements, 0..15) in a tile of ROWS rows */
-template <int ROWS> __device__ __forceinline__ uint32_t wg_swz(int r, int cc) {
-    return (uint32_t)((cc >> 3) * ROWS * 128 + r * 128 + (((cc & 7) ^ (r & 7)) << 4));
+/* byte offset of row r's 16-byte chunk cc (8 elements, 0..15) in a 64-row tile */
+__device__ __forceinline__ uint32_t wg_swz(int r, int cc) {
+    return (uint32_t)((cc >> 3) * WG_REGION + r * 128 + (((cc & 7) ^ (r & 7)) << 4));
 }
 
 /* a descriptor of an MN-major operand at shared address saddr, 128-byte swizzle: lbo bytes between
@@ -41,12 +42,26 @@ __device__ __forceinline__ uint64_t wg_desc_mn(uint32_t saddr, uint32_t lbo, uin
            ((uint64_t)(sbo >> 4) << 32) | (1ull << 62);
 }
 
-/* BK: keys a tile (64: S by m64n64k16; 128: by m64n128k16, fewer shared-memory reads of Q a key) */
-template <typename C, typename KV, int BK>
-__global__ void __launch_bounds__(256, 1)
-    attention_prefill_wg_kernel(AttentionParams p) {
+/* S[64 x 64] = Q K^T of a warpgroup's 64 queries (at qb) and a tile's 64 keys (at kb): eight
+ * k-steps of 16 dimensions */
+template <typename C>
+__device__ __forceinline__ void wg_scores(float (&sc)[32], uint32_t qb, uint32_t kb) {
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+        sc[i] = 0.0f;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < WG_HD / 16; kk++) {
+        const uint32_t off = (uint32_t)((kk >> 2) * WG_REGION + (kk & 3) * 32);
+        wgmma_m64n64k16<C>(sc, wgmma_desc(qb + off), wgmma_desc(kb + off));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+}
+
+template <typename C, typename KV>
+__global__ void __launch_bounds__(256, 1) attention_prefill_wg_kernel(AttentionParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int REGION = BK * 128, TILE = 2 * REGION; /* K or V: two regions of 64 dimensions */
     extern __shared__ __align__(1024) unsigned char wg_smem[];
     const uint32_t raw = smem_addr(wg_smem), sbase = (raw + 1023u) & ~1023u;
     unsigned char *const sm = wg_smem + (sbase - raw);
@@ -64,71 +79,97 @@ __global__ void __launch_bounds__(256, 1)
     const int base = ctx - qlen + tile0; /* position of the tile's row 0: it sees keys 0..base */
     const int kmax = base + rows;        /* keys the block needs */
     const int r0 = wg * 64 + warp * 16;  /* the warp's first row */
-    const bool wg_rows = wg * 64 < rows; /* the warpgroup has queries (else it only copies) */
-    const int wg_last = base + wg * 64 + 63; /* the warpgroup's last row position */
-
-    /* Q (f32) rounded to C into its two 64-row tiles */
-    for (int i = tid; i < WG_BQ * 16; i += 256) {
-        const int r = i >> 4, cc = i & 15;
-        uint4 u = make_uint4(0, 0, 0, 0);
-        if (r < rows) {
-            const float *src =
-                p.q + (int64_t)(q0 + tile0 + r) * p.ldq + (int64_t)h * WG_HD + cc * 8;
-            const float4 a = *(const float4 *)src, b = *(const float4 *)(src + 4);
-            u = make_uint4(pack2<C>(a.x, a.y), pack2<C>(a.z, a.w), pack2<C>(b.x, b.y),
-                           pack2<C>(b.z, b.w));
-        }
-        *(uint4 *)(sm + (r >> 6) * (WG_Q_BYTES / 2) + wg_swz<64>(r & 63, cc)) = u;
-    }
+    const int ntk = (kmax + WG_BK - 1) / WG_BK; /* the block's key tiles */
+    /* the warpgroup's: up to its last row's position (none where it has no queries) */
+    const int wg_ntk = wg * 64 < rows ? min(ntk, (base + wg * 64 + 63) / WG_BK + 1) : 0;
 
     const int bsz = p.block_size, bsh = (bsz & (bsz - 1)) == 0 ? __ffs(bsz) - 1 : -1;
-    auto slot_of = [&](int key) -> int64_t {
-        const int blk = bsh >= 0 ? key >> bsh : key / bsz;
-        return (int64_t)table[blk] * bsz + (key - blk * bsz);
-    };
-    /* a tile's copies: thread tid takes chunks tid, tid + 256, .. of the BK x 16 chunks of K and
-     * of V (16 consecutive threads a key's 128 dimensions), keys past kmax as zeros */
-    constexpr int PER = BK * 16 / 256;
-    uint2 kr[IsFp8<KV>::value ? PER : 1], vr[IsFp8<KV>::value ? PER : 1];
-    (void)kr, (void)vr;
-    auto stage_of = [&](int st) -> uint32_t { return (uint32_t)(WG_Q_BYTES + st * 2 * TILE); };
-    auto load_fp8 = [&](int kt) {
+    /* a tile's copies: thread tid takes chunks tid, tid + 256, .. of the 64 x 16 chunks of K and
+     * of V (16 consecutive threads a key's 128 dimensions). Every address is formed before any
+     * load is issued and no load is behind a branch, so that a thread's loads are in flight
+     * together: a key past kmax reads key kmax - 1 (zeros stored instead, or copied as zeros). */
+    constexpr int PER = WG_BK * 16 / 256;
+    auto chunk_offsets = [&](int kt, int64_t (&off)[PER]) {
+        int32_t blk[PER];
 #pragma unroll
         for (int u = 0; u < PER; u++) {
-            const int i = tid + u * 256, j = i >> 4, cc = i & 15, key = kt + j;
-            kr[u] = vr[u] = make_uint2(0, 0);
-            if (key < kmax) {
-                const int64_t off = slot_of(key) * kv_stride + (int64_t)kvh * WG_HD + cc * 8;
-                kr[u] = *(const uint2 *)(kc + off);
-                vr[u] = *(const uint2 *)(vc + off);
-            }
+            const int key = min(kt + ((tid + u * 256) >> 4), kmax - 1);
+            const int b = bsh >= 0 ? key >> bsh : key / bsz;
+            blk[u] = table[b];
+            off[u] = key - b * bsz; /* the key's row within its cache block, for now */
+        }
+#pragma unroll
+        for (int u = 0; u < PER; u++)
+            off[u] = ((int64_t)blk[u] * bsz + off[u]) * kv_stride + (int64_t)kvh * WG_HD +
+                     ((tid + u * 256) & 15) * 8;
+    };
+    uint2 kr[IsFp8<KV>::value ? PER : 1], vr[IsFp8<KV>::value ? PER : 1];
+    (void)kr, (void)vr;
+    auto stage_of = [&](int st) -> uint32_t { return (uint32_t)(WG_Q_BYTES + st * 2 * WG_TILE); };
+    auto load_fp8 = [&](int kt) {
+        int64_t off[PER];
+        chunk_offsets(kt, off);
+#pragma unroll
+        for (int u = 0; u < PER; u++) {
+            kr[u] = *(const uint2 *)(kc + off[u]);
+            vr[u] = *(const uint2 *)(vc + off[u]);
         }
     };
-    auto store_fp8 = [&](int st) {
-        unsigned char *const ks = sm + stage_of(st), *const vs = ks + TILE;
+    auto store_fp8 = [&](int kt, int st) {
+        unsigned char *const ks = sm + stage_of(st), *const vs = ks + WG_TILE;
 #pragma unroll
         for (int u = 0; u < PER; u++) {
             const int i = tid + u * 256, j = i >> 4, cc = i & 15;
-            *(uint4 *)(ks + wg_swz<BK>(j, cc)) = fp8x8_to<C>(kr[u], p.k_scale);
-            *(uint4 *)(vs + wg_swz<BK>(j, cc)) = fp8x8_to<C>(vr[u], p.v_scale);
+            const bool in = kt + j < kmax;
+            const uint4 z = make_uint4(0, 0, 0, 0);
+            *(uint4 *)(ks + wg_swz(j, cc)) = in ? fp8x8_to<C>(kr[u], p.k_scale) : z;
+            *(uint4 *)(vs + wg_swz(j, cc)) = in ? fp8x8_to<C>(vr[u], p.v_scale) : z;
         }
     };
     auto issue16 = [&](int kt, int st) {
-        const uint32_t ks = sbase + stage_of(st), vs = ks + TILE;
+        const uint32_t ks = sbase + stage_of(st), vs = ks + WG_TILE;
+        int64_t off[PER];
+        chunk_offsets(kt, off);
 #pragma unroll
         for (int u = 0; u < PER; u++) {
-            const int i = tid + u * 256, j = i >> 4, cc = i & 15, key = kt + j;
-            const int sz = key < kmax ? 16 : 0;
-            int64_t off = 0;
-            if (sz) off = slot_of(key) * kv_stride + (int64_t)kvh * WG_HD + cc * 8;
-            const uint32_t o = wg_swz<BK>(j, cc);
+            const int i = tid + u * 256, j = i >> 4, cc = i & 15;
+            const int sz = kt + j < kmax ? 16 : 0;
+            const uint32_t o = wg_swz(j, cc);
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(ks + o),
-                         "l"(kc + off), "r"(sz));
+                         "l"(kc + off[u]), "r"(sz));
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(vs + o),
-                         "l"(vc + off), "r"(sz));
+                         "l"(vc + off[u]), "r"(sz));
         }
         cp_async_commit();
     };
+
+    /* tile 0's copies first, then Q (f32) rounded to C into the warpgroups' 64-row tiles, every
+     * row's loads before its stores (rows past the tile's read row 0, stored as zeros) */
+    if constexpr (IsFp8<KV>::value)
+        load_fp8(0);
+    else
+        issue16(0, 0);
+    {
+        constexpr int QU = WG_BQ * 16 / 256;
+        float4 qa[QU], qb4[QU];
+#pragma unroll
+        for (int u = 0; u < QU; u++) {
+            const int i = tid + u * 256, r = i >> 4, cc = i & 15;
+            const float *src = p.q + (int64_t)(q0 + tile0 + (r < rows ? r : 0)) * p.ldq +
+                               (int64_t)h * WG_HD + cc * 8;
+            qa[u] = *(const float4 *)src;
+            qb4[u] = *(const float4 *)(src + 4);
+        }
+#pragma unroll
+        for (int u = 0; u < QU; u++) {
+            const int i = tid + u * 256, r = i >> 4, cc = i & 15;
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (r < rows)
+                v = make_uint4(pack2<C>(qa[u].x, qa[u].y), pack2<C>(qa[u].z, qa[u].w),
+                               pack2<C>(qb4[u].x, qb4[u].y), pack2<C>(qb4[u].z, qb4[u].w));
+            *(uint4 *)(sm + (r >> 6) * WG_TILE + wg_swz(r & 63, cc)) = v;
+        }
+    }
 
     float o[64];
 #pragma unroll
@@ -136,53 +177,33 @@ __global__ void __launch_bounds__(256, 1)
         o[i] = 0.0f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     const float sl2 = p.scale * 1.4426950408889634f; /* scores in log2 units */
-    const uint32_t qb = sbase + (uint32_t)(wg * (WG_Q_BYTES / 2));
-    const int ntk = (kmax + BK - 1) / BK;
-    if constexpr (IsFp8<KV>::value)
-        load_fp8(0);
-    else
-        issue16(0, 0);
+    const uint32_t qb = sbase + (uint32_t)(wg * WG_TILE);
     for (int it = 0; it < ntk; it++) {
-        const int kt = it * BK, st = it & 1;
+        const int kt = it * WG_BK, st = it & 1;
         if constexpr (IsFp8<KV>::value) {
-            store_fp8(st); /* tile it, loaded during the last iteration (or before the loop) */
+            store_fp8(kt, st); /* tile it, loaded during the last iteration (or before the loop) */
             wgmma_proxy_fence(); /* these stores (and Q's) before wgmma's reads */
             __syncthreads();     /* every thread's stores; every warpgroup done with tile it - 1 */
-            if (it + 1 < ntk) load_fp8(kt + BK);
+            if (it + 1 < ntk) load_fp8(kt + WG_BK);
         } else {
             __syncthreads(); /* stage st ^ 1 (tile it - 1) is no longer read */
             if (it + 1 < ntk)
-                issue16(kt + BK, st ^ 1);
+                issue16(kt + WG_BK, st ^ 1);
             else
                 cp_async_commit(); /* an empty group: the count stays */
             cp_async_wait<1>();    /* this thread's copies of tile it */
-            wgmma_proxy_fence();
-            __syncthreads(); /* everyone's */
+            wgmma_proxy_fence();   /* those and Q's stores before wgmma's reads */
+            __syncthreads();       /* everyone's */
         }
-        if (!wg_rows || kt > wg_last) continue; /* warpgroup-uniform */
-        const uint32_t kb = sbase + stage_of(st), vb = kb + TILE;
-        constexpr int NS = BK / 8; /* n8 columns of S */
-        float sc[4 * NS];
-#pragma unroll
-        for (int i = 0; i < 4 * NS; i++)
-            sc[i] = 0.0f;
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < WG_HD / 16; kk++) {
-            const uint32_t qo = (uint32_t)((kk >> 2) * 8192 + (kk & 3) * 32);
-            const uint32_t ko = (uint32_t)((kk >> 2) * REGION + (kk & 3) * 32);
-            if constexpr (BK == 128)
-                wgmma_m64n128k16<C>(sc, wgmma_desc(qb + qo), wgmma_desc(kb + ko));
-            else
-                wgmma_m64n64k16<C>(sc, wgmma_desc(qb + qo), wgmma_desc(kb + ko));
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
+        if (it >= wg_ntk) continue; /* warpgroup-uniform */
+        const uint32_t kb = sbase + stage_of(st), vb = kb + WG_TILE;
+        float sc[32];
+        wg_scores<C>(sc, qb, kb);
         /* sc[4n + e]: row g (e < 2) or g + 8 of the warp's 16, key kt + 8n + 2 t4 + (e & 1) */
         const int pos0 = base + r0 + g, pos1 = pos0 + 8;
-        if (kt + BK - 1 > base + r0) { /* the causal edge (warp-uniform) */
+        if (kt + WG_BK - 1 > base + r0) { /* the causal edge (warp-uniform) */
 #pragma unroll
-            for (int n = 0; n < NS; n++)
+            for (int n = 0; n < 8; n++)
 #pragma unroll
                 for (int e = 0; e < 4; e++)
                     if (kt + n * 8 + 2 * t4 + (e & 1) > (e < 2 ? pos0 : pos1))
@@ -190,7 +211,7 @@ __global__ void __launch_bounds__(256, 1)
         }
         float mx0 = -INFINITY, mx1 = -INFINITY; /* the raw scores' max */
 #pragma unroll
-        for (int n = 0; n < NS; n++) {
+        for (int n = 0; n < 8; n++) {
             mx0 = fmaxf(mx0, fmaxf(sc[4 * n], sc[4 * n + 1]));
             mx1 = fmaxf(mx1, fmaxf(sc[4 * n + 2], sc[4 * n + 3]));
         }
@@ -206,9 +227,9 @@ __global__ void __launch_bounds__(256, 1)
         const float c1 = o1 == -INFINITY ? 0.0f : fast_exp2(o1 - m1);
         const float ms0 = m0 == -INFINITY ? 0.0f : m0, ms1 = m1 == -INFINITY ? 0.0f : m1;
         float rs0 = 0.0f, rs1 = 0.0f;
-        uint32_t pf[BK / 16][4]; /* P's A fragments, a k-step of 16 keys each */
+        uint32_t pf[4][4]; /* P's A fragments, a k-step of 16 keys each */
 #pragma unroll
-        for (int n = 0; n < NS; n++) {
+        for (int n = 0; n < 8; n++) {
             const float p0 = fast_exp2(fmaf(sc[4 * n], sl2, -ms0));
             const float p1 = fast_exp2(fmaf(sc[4 * n + 1], sl2, -ms0));
             const float p2 = fast_exp2(fmaf(sc[4 * n + 2], sl2, -ms1));
@@ -229,8 +250,8 @@ __global__ void __launch_bounds__(256, 1)
         }
         wgmma_fence();
 #pragma unroll
-        for (int k16 = 0; k16 < BK / 16; k16++)
-            wgmma_m64n128k16_rt<C>(o, pf[k16], wg_desc_mn(vb + k16 * 2048, REGION, 1024));
+        for (int k16 = 0; k16 < WG_BK / 16; k16++)
+            wgmma_m64n128k16_rt<C>(o, pf[k16], wg_desc_mn(vb + k16 * 2048, WG_REGION, 1024));
         wgmma_commit();
         wgmma_wait<0>();
     }
@@ -243,7 +264,8 @@ __global__ void __launch_bounds__(256, 1)
         const int r = r0 + g + half * 8;
         if (r >= rows) continue;
         const float l = half ? l1 : l0, inv = l > 0.0f ? 1.0f / l : 0.0f;
-        const int64_t ob = (int64_t)(q0 + tile0 + r) * p.n_heads * WG_HD + (int64_t)h * WG_HD + 2 * t4;
+        const int64_t ob =
+            (int64_t)(q0 + tile0 + r) * p.n_heads * WG_HD + (int64_t)h * WG_HD + 2 * t4;
 #pragma unroll
         for (int d = 0; d < 16; d++) {
             store_out(p.out, p.adt, ob + d * 8, o[4 * d + half * 2] * inv);
@@ -272,28 +294,23 @@ int attention_prefill_wg_supported(const AttentionParams *p) {
            ((uintptr_t)p->v_cache & 15) == 0;
 }
 
-template <typename C, typename KV, int BK>
+template <typename C, typename KV>
 static int launch_wg(const AttentionParams &p, cudaStream_t stream) {
-    auto kern = attention_prefill_wg_kernel<C, KV, BK>;
-    constexpr int SMEM = wg_smem_bytes<BK>();
+    auto kern = attention_prefill_wg_kernel<C, KV>;
     static int attr_set = 0; /* per instantiation */
     if (!attr_set) {
-        CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
+        CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
         attr_set = 1;
     }
     dim3 grid((p.max_seqlen_q + WG_BQ - 1) / WG_BQ, p.n_heads, p.num_seqs);
-    kern<<<grid, 256, SMEM, stream>>>(p);
+    kern<<<grid, 256, WG_SMEM, stream>>>(p);
     CUDA_LAUNCH_TRY();
     return 0;
 }
 
-/* 64-key tiles: H200, 2026-11-27, against 128-key tiles (S by m64n128k16): fp8 default workload
- * 38,854 / 38,836 against 38,776 / 38,803 output tok/s; 64 x 2,048-token prompts 328,396 against
- * 328,836 total tok/s (docs/BENCHMARKS.md, round 29) */
 int attention_prefill_wg_cuda(const AttentionParams *p, cudaStream_t stream) {
-    const int BK = 64;
-    if (p->kvdt == DTYPE_BF16) return launch_wg<__nv_bfloat16, __nv_bfloat16, BK>(*p, stream);
-    if (p->kvdt == DTYPE_F16) return launch_wg<__half, __half, BK>(*p, stream);
-    if (p->adt == DTYPE_BF16) return launch_wg<__nv_bfloat16, __nv_fp8_e4m3, BK>(*p, stream);
-    return launch_wg<__half, __nv_fp8_e4m3, BK>(*p, stream);
+    if (p->kvdt == DTYPE_BF16) return launch_wg<__nv_bfloat16, __nv_bfloat16>(*p, stream);
+    if (p->kvdt == DTYPE_F16) return launch_wg<__half, __half>(*p, stream);
+    if (p->adt == DTYPE_BF16) return launch_wg<__nv_bfloat16, __nv_fp8_e4m3>(*p, stream);
+    return launch_wg<__half, __nv_fp8_e4m3>(*p, stream);
 }
