@@ -40,7 +40,6 @@
 #define PRE_BQ 32
 #define PRE_BK 32
 
-
 /* Loads N elements of type C at p (aligned to N * sizeof(C) bytes, N * sizeof(C) a multiple of
  * 16 or less than 16) into f[] (fp8: times scale). */
 template <typename C, int N>
@@ -1080,57 +1079,16 @@ __global__ void __launch_bounds__(128 * HB, HB == 1 && MT == 1 && !IsFp8<KV>::va
             uint32_t pf[MT][KS / 16][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                const int pos0 = base + r0 + mt * 16 + g, pos1 = pos0 + 8;
-                if (kt + ks + KS - 1 > base + r0 + mt * 16) { /* the causal edge (warp-uniform) */
-#pragma unroll
-                    for (int n = 0; n < NS; n++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++)
-                            if (kt + ks + n * 8 + 2 * t4 + (e & 1) > (e < 2 ? pos0 : pos1))
-                                sc[mt][n][e] = -INFINITY;
-                }
-                float mx0 = -INFINITY, mx1 = -INFINITY; /* the raw scores' max */
-#pragma unroll
-                for (int n = 0; n < NS; n++) {
-                    mx0 = fmaxf(mx0, fmaxf(sc[mt][n][0], sc[mt][n][1]));
-                    mx1 = fmaxf(mx1, fmaxf(sc[mt][n][2], sc[mt][n][3]));
-                }
-                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-                /* the running max (log2 units) moves only where the tile's passes it by more
-                 * than DTC_LAZY (the decode kernels' lazy rule): weights up to 2^DTC_LAZY, and
-                 * most tiles rescale nothing. Key 0 is visible to every row, so the max is
-                 * finite from the first tile on. */
-                const float o0 = m[mt][0], o1 = m[mt][1];
-                if (mx0 * sl2 > o0 + DTC_LAZY) m[mt][0] = mx0 * sl2;
-                if (mx1 * sl2 > o1 + DTC_LAZY) m[mt][1] = mx1 * sl2;
-                const float c0 = o0 == -INFINITY ? 0.0f : fast_exp2(o0 - m[mt][0]);
-                const float c1 = o1 == -INFINITY ? 0.0f : fast_exp2(o1 - m[mt][1]);
-                const float ms0 = m[mt][0] == -INFINITY ? 0.0f : m[mt][0];
-                const float ms1 = m[mt][1] == -INFINITY ? 0.0f : m[mt][1];
-                float rs0 = 0.0f, rs1 = 0.0f;
-#pragma unroll
-                for (int n = 0; n < NS; n++) {
-                    const float p0 = fast_exp2(fmaf(sc[mt][n][0], sl2, -ms0));
-                    const float p1 = fast_exp2(fmaf(sc[mt][n][1], sl2, -ms0));
-                    const float p2 = fast_exp2(fmaf(sc[mt][n][2], sl2, -ms1));
-                    const float p3 = fast_exp2(fmaf(sc[mt][n][3], sl2, -ms1));
-                    rs0 += p0 + p1;
-                    rs1 += p2 + p3;
-                    /* row g, keys 2t, 2t+1 (+8 if n is odd); then row g + 8 */
-                    pf[mt][n / 2][(n & 1) * 2 + 0] = pack2<C>(p0, p1);
-                    pf[mt][n / 2][(n & 1) * 2 + 1] = pack2<C>(p2, p3);
-                }
-                /* a quarter of the row's sum: reduced over the quad at the end */
-                l[mt][0] = l[mt][0] * c0 + rs0;
-                l[mt][1] = l[mt][1] * c1 + rs1;
-                if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
+                const int pos0 = base + r0 + mt * 16 + g;
+                float c[2];
+                prefill_softmax_step<C, NS>(sc[mt], pf[mt], m[mt], l[mt], c, sl2,
+                                            kt + ks + KS - 1 > base + r0 + mt * 16, kt + ks, pos0,
+                                            t4);
+                if (__any_sync(0xffffffffu, c[0] != 1.0f || c[1] != 1.0f)) {
 #pragma unroll
                     for (int d = 0; d < ND; d++) {
-                        o[mt][d][0] *= c0, o[mt][d][1] *= c0;
-                        o[mt][d][2] *= c1, o[mt][d][3] *= c1;
+                        o[mt][d][0] *= c[0], o[mt][d][1] *= c[0];
+                        o[mt][d][2] *= c[1], o[mt][d][3] *= c[1];
                     }
                 }
             }

@@ -43,17 +43,18 @@ __device__ __forceinline__ uint64_t wg_desc_mn(uint32_t saddr, uint32_t lbo, uin
 }
 
 /* S[64 x 64] = Q K^T of a warpgroup's 64 queries (at qb) and a tile's 64 keys (at kb): eight
- * k-steps of 16 dimensions */
+ * k-steps of 16 dimensions; sc[n][e] as prefill_softmax_step reads it (the accumulator's n8
+ * columns) */
 template <typename C>
-__device__ __forceinline__ void wg_scores(float (&sc)[32], uint32_t qb, uint32_t kb) {
+__device__ __forceinline__ void wg_scores(float (&sc)[8][4], uint32_t qb, uint32_t kb) {
 #pragma unroll
-    for (int i = 0; i < 32; i++)
-        sc[i] = 0.0f;
+    for (int n = 0; n < 8; n++)
+        sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < WG_HD / 16; kk++) {
         const uint32_t off = (uint32_t)((kk >> 2) * WG_REGION + (kk & 3) * 32);
-        wgmma_m64n64k16<C>(sc, wgmma_desc(qb + off), wgmma_desc(kb + off));
+        wgmma_m64n64k16<C>(&sc[0][0], wgmma_desc(qb + off), wgmma_desc(kb + off));
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -175,7 +176,7 @@ __global__ void __launch_bounds__(256, 1) attention_prefill_wg_kernel(AttentionP
 #pragma unroll
     for (int i = 0; i < 64; i++)
         o[i] = 0.0f;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* rows g, g + 8 of the warp's */
     const float sl2 = p.scale * 1.4426950408889634f; /* scores in log2 units */
     const uint32_t qb = sbase + (uint32_t)(wg * WG_TILE);
     for (int it = 0; it < ntk; it++) {
@@ -197,55 +198,17 @@ __global__ void __launch_bounds__(256, 1) attention_prefill_wg_kernel(AttentionP
         }
         if (it >= wg_ntk) continue; /* warpgroup-uniform */
         const uint32_t kb = sbase + stage_of(st), vb = kb + WG_TILE;
-        float sc[32];
+        float sc[8][4];
         wg_scores<C>(sc, qb, kb);
-        /* sc[4n + e]: row g (e < 2) or g + 8 of the warp's 16, key kt + 8n + 2 t4 + (e & 1) */
-        const int pos0 = base + r0 + g, pos1 = pos0 + 8;
-        if (kt + WG_BK - 1 > base + r0) { /* the causal edge (warp-uniform) */
-#pragma unroll
-            for (int n = 0; n < 8; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    if (kt + n * 8 + 2 * t4 + (e & 1) > (e < 2 ? pos0 : pos1))
-                        sc[4 * n + e] = -INFINITY;
-        }
-        float mx0 = -INFINITY, mx1 = -INFINITY; /* the raw scores' max */
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-            mx0 = fmaxf(mx0, fmaxf(sc[4 * n], sc[4 * n + 1]));
-            mx1 = fmaxf(mx1, fmaxf(sc[4 * n + 2], sc[4 * n + 3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        /* the lazy running max (attention.cu's prefill kernel): moved only past DTC_LAZY */
-        const float o0 = m0, o1 = m1;
-        if (mx0 * sl2 > o0 + DTC_LAZY) m0 = mx0 * sl2;
-        if (mx1 * sl2 > o1 + DTC_LAZY) m1 = mx1 * sl2;
-        const float c0 = o0 == -INFINITY ? 0.0f : fast_exp2(o0 - m0);
-        const float c1 = o1 == -INFINITY ? 0.0f : fast_exp2(o1 - m1);
-        const float ms0 = m0 == -INFINITY ? 0.0f : m0, ms1 = m1 == -INFINITY ? 0.0f : m1;
-        float rs0 = 0.0f, rs1 = 0.0f;
         uint32_t pf[4][4]; /* P's A fragments, a k-step of 16 keys each */
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-            const float p0 = fast_exp2(fmaf(sc[4 * n], sl2, -ms0));
-            const float p1 = fast_exp2(fmaf(sc[4 * n + 1], sl2, -ms0));
-            const float p2 = fast_exp2(fmaf(sc[4 * n + 2], sl2, -ms1));
-            const float p3 = fast_exp2(fmaf(sc[4 * n + 3], sl2, -ms1));
-            rs0 += p0 + p1;
-            rs1 += p2 + p3;
-            pf[n / 2][(n & 1) * 2 + 0] = pack2<C>(p0, p1);
-            pf[n / 2][(n & 1) * 2 + 1] = pack2<C>(p2, p3);
-        }
-        l0 = l0 * c0 + rs0; /* a quarter of the row's sum: reduced over the quad at the end */
-        l1 = l1 * c1 + rs1;
-        if (__any_sync(0xffffffffu, c0 != 1.0f || c1 != 1.0f)) {
+        float c[2];
+        prefill_softmax_step<C, 8>(sc, pf, m, l, c, sl2, kt + WG_BK - 1 > base + r0, kt,
+                                   base + r0 + g, t4);
+        if (__any_sync(0xffffffffu, c[0] != 1.0f || c[1] != 1.0f)) {
 #pragma unroll
             for (int d = 0; d < 16; d++) {
-                o[4 * d] *= c0, o[4 * d + 1] *= c0;
-                o[4 * d + 2] *= c1, o[4 * d + 3] *= c1;
+                o[4 * d] *= c[0], o[4 * d + 1] *= c[0];
+                o[4 * d + 2] *= c[1], o[4 * d + 3] *= c[1];
             }
         }
         wgmma_fence();
@@ -255,15 +218,16 @@ __global__ void __launch_bounds__(256, 1) attention_prefill_wg_kernel(AttentionP
         wgmma_commit();
         wgmma_wait<0>();
     }
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    }
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         const int r = r0 + g + half * 8;
         if (r >= rows) continue;
-        const float l = half ? l1 : l0, inv = l > 0.0f ? 1.0f / l : 0.0f;
+        const float inv = l[half] > 0.0f ? 1.0f / l[half] : 0.0f;
         const int64_t ob =
             (int64_t)(q0 + tile0 + r) * p.n_heads * WG_HD + (int64_t)h * WG_HD + 2 * t4;
 #pragma unroll
