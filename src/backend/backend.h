@@ -65,10 +65,13 @@ typedef struct {
     int num_output;
 } SamplingRow;
 
-/* whether a row has any penalty (else its prompt/output ids are not read) */
+/* whether sampling with these penalties reads the prompt/output ids (any penalty at all) */
+static inline int sampling_has_penalty(float repetition, float frequency, float presence) {
+    return repetition != 1.0f || frequency != 0.0f || presence != 0.0f;
+}
+/* the same for a row (else its prompt/output ids are not read) */
 static inline int sampling_row_has_penalty(const SamplingRow *r) {
-    return r->repetition_penalty != 1.0f || r->frequency_penalty != 0.0f ||
-           r->presence_penalty != 0.0f;
+    return sampling_has_penalty(r->repetition_penalty, r->frequency_penalty, r->presence_penalty);
 }
 
 /* One step's inputs, all host arrays (the CUDA backend copies them to the device).

@@ -789,8 +789,7 @@ static int async_now(CvllmEngine *e) {
         const Sequence *q = scheduler_running_at(e->sched, i);
         if (!q) return 1;
         const SamplingParams *p = &q->params;
-        if (p->repetition_penalty != 1.0f || p->frequency_penalty != 0.0f ||
-            p->presence_penalty != 0.0f)
+        if (sampling_has_penalty(p->repetition_penalty, p->frequency_penalty, p->presence_penalty))
             return 0;
     }
 }
