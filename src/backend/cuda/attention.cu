@@ -1212,9 +1212,8 @@ extern "C" int attention_prefill_cuda(const AttentionParams *p, cudaStream_t str
     int rc = check_params(p);
     if (rc) return rc;
     if (p->num_seqs <= 0 || p->max_seqlen_q <= 0) return 0;
-    if (attention_prefill_uses_tc(p) && attention_prefill_wg_supported(p))
-        return attention_prefill_wg_cuda(p, stream);
     if (attention_prefill_uses_tc(p)) {
+        if (attention_prefill_wg_supported(p)) return attention_prefill_wg_cuda(p, stream);
         if (p->kvdt == DTYPE_BF16)
             rc = launch_prefill_tc_hd<__nv_bfloat16, __nv_bfloat16>(*p, stream);
         else if (p->kvdt == DTYPE_F16)

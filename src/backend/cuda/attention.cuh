@@ -98,9 +98,10 @@ __device__ __forceinline__ void prefill_softmax_step(float (&sc)[NS][4], uint32_
     l[1] = l[1] * c[1] + rs1;
 }
 
-/* The prefill on Hopper's warpgroup mma (attention_prefill_wg.cu): whether it takes p (an sm_90a
- * build on a 9.0 device, head_dim 128, 16-bit products; CVLLM_CUDA_PREFILL_WG=0: never), and
- * its launch. */
+/* The prefill on Hopper's warpgroup mma (attention_prefill_wg.cu): whether it takes p, one the
+ * tensor-core prefill takes (attention_prefill_uses_tc: 16-bit products, q's rows 16-byte
+ * aligned), given an sm_90a build on a 9.0 device, head_dim 128 and 16-byte aligned caches
+ * (CVLLM_CUDA_PREFILL_WG=0: never); and its launch. */
 int attention_prefill_wg_supported(const AttentionParams *p);
 int attention_prefill_wg_cuda(const AttentionParams *p, cudaStream_t stream);
 

@@ -251,11 +251,8 @@ __global__ void __launch_bounds__(256, 1) attention_prefill_wg_kernel(AttentionP
 int attention_prefill_wg_supported(const AttentionParams *p) {
     const char *e = getenv("CVLLM_CUDA_PREFILL_WG");
     if (e && *e == '0') return 0;
-    const int c16 = p->kvdt == DTYPE_BF16 || p->kvdt == DTYPE_F16 ||
-                    (p->kvdt == DTYPE_FP8_E4M3 && (p->adt == DTYPE_BF16 || p->adt == DTYPE_F16));
-    return WG_HOST_SM90A && cuda_device_cc() == 90 && c16 && p->hd == WG_HD && p->ldq % 4 == 0 &&
-           ((uintptr_t)p->q & 15) == 0 && ((uintptr_t)p->k_cache & 15) == 0 &&
-           ((uintptr_t)p->v_cache & 15) == 0;
+    return WG_HOST_SM90A && cuda_device_cc() == 90 && p->hd == WG_HD &&
+           ((uintptr_t)p->k_cache & 15) == 0 && ((uintptr_t)p->v_cache & 15) == 0;
 }
 
 template <typename C, typename KV>
