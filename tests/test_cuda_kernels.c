@@ -1943,23 +1943,26 @@ static void test_sampler_ranges(void **state) {
     }
 }
 
-/* The cluster kernel (up to 16 rows with temperature / min-p only: a row over 8 blocks) against
- * the one-block kernel on the same rows: the same token for every row, and log-prob 0. Rows put
- * the kept tokens at the edges of the blocks' slices and of their warp ranges, keep only the
- * first or the last id, tie the best logit across slices (greedy: the lowest id), mix in NaN and
- * -inf, or are all NaN; vocabularies smaller than the cluster's 8 slices of 4 ids, and Qwen3's.
- * Every row's draw is repeated with 6 seeds. */
+/* The cluster kernels (rows with temperature / min-p only: a row over 8 blocks) against the
+ * one-block kernel on the same rows: the same token for every row, and log-prob 0. The staged
+ * kernel (the default where a row is 16-byte aligned: V a multiple of 4 in f32, of 8 in bf16; as
+ * many rows as one wave holds, 24 of them on 96 SMs or more) and the in-place one
+ * (CVLLM_CUDA_SAMPLER=cluster, or rows not aligned; up to 16 rows). Rows put the kept tokens at the edges of the blocks' slices and of their warp ranges
+ * (16 and 32 warps), keep only the first or the last id, tie the best logit across slices
+ * (greedy: the lowest id), mix in NaN and -inf, or are all NaN; vocabularies smaller than the
+ * cluster's 8 slices of 8 ids, and Qwen3's. Every row's draw is repeated with 8 seeds, 24 rows in
+ * two of them. */
 static void test_sampler_cluster(void **state) {
     (void)state;
-    const int Vs[] = {7, 33, 1001, 5000, 151936};
-    for (int vi = 0; vi < 5; vi++)
-        for (int rep = 0; rep < 6; rep++) {
-            const int V = Vs[vi], n = rep == 5 ? 1 : 16;
-            const int slice = ((V + 7) / 8 + 3) & ~3, len = ((slice + 31) / 32 + 3) & ~3;
+    const int Vs[] = {7, 33, 1001, 1000, 5000, 151936};
+    for (int vi = 0; vi < 6; vi++)
+        for (int rep = 0; rep < 8; rep++) {
+            const int V = Vs[vi], n = rep == 5 ? 1 : rep >= 6 ? 24 : 16;
+            const int slice = ((V + 7) / 8 + 7) & ~7;
             float *logits = xmalloc((size_t)n * V * 4);
             for (int64_t i = 0; i < (int64_t)n * V; i++)
                 logits[i] = 4 * frand();
-            RefRow rr[16];
+            RefRow rr[48];
             for (int r = 0; r < n; r++) {
                 float *x = logits + (int64_t)r * V;
                 rr[r] = (RefRow){.temperature = 0.6f,
@@ -1974,12 +1977,15 @@ static void test_sampler_cluster(void **state) {
                         x[i] = -INFINITY;
                     if (kind == 0) /* slice and range edges */
                         for (int c = 0; c < 8; c++)
-                            for (int w = 0; w < 32; w++) {
-                                const int lo = c * slice + w * len;
-                                const int e[4] = {lo - 1, lo, lo + 1, lo + len - 1};
-                                for (int k = 0; k < 4; k++)
-                                    if (e[k] >= 0 && e[k] < V && (w + k + rep) % 3 == 0)
-                                        x[e[k]] = 2.0f;
+                            for (int nw = 16; nw <= 32; nw += 16) {
+                                const int len = ((slice + nw - 1) / nw + 3) & ~3;
+                                for (int w = 0; w < nw; w++) {
+                                    const int lo = c * slice + w * len;
+                                    const int e[4] = {lo - 1, lo, lo + 1, lo + len - 1};
+                                    for (int k = 0; k < 4; k++)
+                                        if (e[k] >= 0 && e[k] < V && (w + k + rep) % 3 == 0)
+                                            x[e[k]] = 2.0f;
+                                }
                             }
                     if (kind == 1) x[V - 1] = 2.0f;
                     if (kind == 2) x[0] = 2.0f;
@@ -1999,22 +2005,27 @@ static void test_sampler_cluster(void **state) {
                         x[i] = NAN;
                 }
             }
-            int32_t tok[2][16];
-            float lp[2][16];
-            g_sampler_bf16 = rep % 2; /* bf16 logits (both kernels) */
+            int32_t tok[3][48];
+            float lp[3][48];
+            g_sampler_bf16 = rep % 2; /* bf16 logits (every kernel) */
             if (g_sampler_bf16) round_bf16(logits, (int64_t)n * V);
-            for (int way = 0; way < 2; way++) {
-                g_sampler_host_rows = way;
+            for (int way = 0; way < 3; way++) { /* block, staged (where aligned), in place */
+                g_sampler_host_rows = way > 0;
+                if (way == 2) setenv("CVLLM_CUDA_SAMPLER", "cluster", 1);
                 run_sampler(logits, n, V, rr, tok[way], lp[way], NULL, NULL);
+                unsetenv("CVLLM_CUDA_SAMPLER");
             }
             g_sampler_host_rows = g_sampler_bf16 = 0;
-            for (int r = 0; r < n; r++) {
-                if (tok[1][r] != tok[0][r])
-                    fail_msg("cluster sampler V %d rows %d row %d (kind %d): token %d, the "
-                             "one-block kernel's %d",
-                             V, n, r, (r + rep) % 8, tok[1][r], tok[0][r]);
-                if (lp[1][r] != 0.0f) fail_msg("cluster sampler: log-prob %g", lp[1][r]);
-            }
+            for (int way = 1; way < 3; way++)
+                for (int r = 0; r < n; r++) {
+                    if (tok[way][r] != tok[0][r])
+                        fail_msg("cluster sampler (%s) V %d rows %d row %d (kind %d, %s): token "
+                                 "%d, the one-block kernel's %d",
+                                 way == 1 ? "default" : "in place", V, n, r, (r + rep) % 8,
+                                 rep % 2 ? "bf16" : "f32", tok[way][r], tok[0][r]);
+                    if (lp[way][r] != 0.0f)
+                        fail_msg("cluster sampler: log-prob %g", lp[way][r]);
+                }
             free(logits);
         }
 }

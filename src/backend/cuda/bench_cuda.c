@@ -10,8 +10,8 @@
  *              K/V read; prefill attention of one sequence
  *   decode     a whole decode step of a synthetic qwen3-0.6b (random bf16 weights, one buffer
  *              shared by every tensor) through the backend itself, with and without CUDA graphs
- *   sampler    sampler_cuda alone on 256, 8 and 1 rows of 151,936 random logits: greedy,
- *              temperature 0.6 (up to 16 rows: the one-block and the cluster kernel)
+ *   sampler    sampler_cuda alone on 256, 128, 64, 8 and 1 rows of 151,936 random logits:
+ *              greedy, temperature 0.6 (the one-block, staged cluster and in-place kernels)
  * Reached only through the backend registry (BackendEntry.bench_ops). */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -616,9 +616,10 @@ static int sampler_launch(void *ctx, cudaStream_t st) {
                         c->top, c->tlp, c->scratch, st);
 }
 
-/* sampler_cuda on 256, 8 and 1 rows of 151,936 random logits (Qwen3's vocabulary), f32 and bf16:
- * greedy, and temperature 0.6 alone (no top-k / top-p / min-p / penalties / log-probs); up to 16
- * rows, the one-block kernel against the cluster kernel the engine takes there */
+/* sampler_cuda on 256, 128, 64, 8 and 1 rows of 151,936 random logits (Qwen3's vocabulary), f32
+ * and bf16: greedy, and temperature 0.6 alone (no top-k / top-p / min-p / penalties / log-probs);
+ * the one-block kernel, the staged cluster kernel the engine takes there, and the in-place
+ * cluster kernel (CVLLM_CUDA_SAMPLER=cluster, up to 16 rows) */
 static int bench_sampler(cudaStream_t st) {
     const int n = 256, V = 151936;
     const size_t nl = (size_t)n * V;
@@ -657,8 +658,8 @@ static int bench_sampler(cudaStream_t st) {
            "ms per call\n",
            V);
     const float temps[] = {0.0f, 0.6f};
-    const int ns[] = {256, 8, 1};
-    for (int ni = 0; ni < 3; ni++)
+    const int ns[] = {256, 128, 64, 8, 1};
+    for (int ni = 0; ni < 5; ni++)
         for (int ti = 0; ti < 2; ti++) {
             const int m = ns[ni];
             for (int i = 0; i < m; i++)
@@ -670,14 +671,17 @@ static int bench_sampler(cudaStream_t st) {
                                           .draw_index = (uint64_t)i};
             BCHECK(cudaMemcpy(rows, hr, m * sizeof *hr, cudaMemcpyHostToDevice));
             for (int bf = 0; bf < 2; bf++)
-                for (int kind = 0; kind < (m <= 16 ? 2 : 1); kind++) {
+                for (int kind = 0; kind < (m <= 16 ? 3 : 2); kind++) {
                     SamplerCtx c = {bf ? logits16 : (const void *)logits,
                                     bf ? DTYPE_BF16 : DTYPE_F32,
                                     rows, ids, tok, lp, top, tlp, scratch, m, V, kind ? hr : NULL};
+                    if (kind == 2) setenv("CVLLM_CUDA_SAMPLER", "cluster", 1);
                     float ms = time_ms(sampler_launch, &c, st, 20);
-                    printf("  rows %3d  temperature %.1f  %-4s %-7s %8.4f ms  %7.0f GB/s of logits "
-                           "read once\n",
-                           m, temps[ti], bf ? "bf16" : "f32", kind ? "cluster" : "block", ms,
+                    if (kind == 2) unsetenv("CVLLM_CUDA_SAMPLER");
+                    printf("  rows %3d  temperature %.1f  %-4s %-8s %8.4f ms  %7.0f GB/s of "
+                           "logits read once\n",
+                           m, temps[ti], bf ? "bf16" : "f32",
+                           kind == 0 ? "block" : kind == 1 ? "staged" : "in-place", ms,
                            (double)m * V * (bf ? 2 : 4) / (ms * 1e6));
                 }
         }

@@ -29,6 +29,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_util.cuh"
+#include "backend/cuda/mma.cuh"
 #include "backend/philox.h"
 
 #define SAMPLER_THREADS 1024
@@ -41,11 +42,14 @@ namespace cg = cooperative_groups;
 /* A row of logits read as f32: L = float, or uint16_t for bf16 (the model's own logits, as
  * transformers and vLLM compute them in a bf16 run: half the bytes; widened exactly). The type
  * is the kernel's template parameter, so the f32 kernel's loads are as they were. */
+template <typename L> __device__ __forceinline__ float widen(L v) {
+    if constexpr (sizeof(L) == 2) return __uint_as_float((uint32_t)v << 16);
+    else return v;
+}
 template <typename L> struct Logits {
     const L *p;
     __device__ __forceinline__ float operator[](int64_t i) const {
-        if constexpr (sizeof(L) == 2) return __uint_as_float((uint32_t)p[i] << 16);
-        else return p[i];
+        return widen(p[i]);
     }
     /* ids i .. i + 3 (i a multiple of 4, the row aligned: aligned()) */
     __device__ __forceinline__ float4 load4(int64_t i) const {
@@ -59,6 +63,29 @@ template <typename L> struct Logits {
     }
     __device__ __forceinline__ bool aligned() const {
         return ((uintptr_t)p & (4 * sizeof(L) - 1)) == 0;
+    }
+};
+
+/* ids [lo, hi) of a row copied into shared memory (the staged cluster kernel), read by id as
+ * Logits reads the row: s[0] is id lo, and lo is a multiple of 8, so a quad is 16-byte (f32) or
+ * 8-byte (bf16) aligned in s. */
+template <typename L> struct Staged {
+    const L *s;
+    int lo;
+    __device__ __forceinline__ float operator[](int64_t i) const {
+        return widen(s[i - lo]);
+    }
+    __device__ __forceinline__ float4 load4(int64_t i) const {
+        if constexpr (sizeof(L) == 2) {
+            const uint2 u = *reinterpret_cast<const uint2 *>(s + (i - lo));
+            return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                               __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+        } else {
+            return *reinterpret_cast<const float4 *>(s + (i - lo));
+        }
+    }
+    __device__ __forceinline__ bool aligned() const {
+        return true;
     }
 };
 
@@ -611,34 +638,41 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
     }
 }
 
-/* ------------------------------------------------------------------ the cluster kernel */
+/* ------------------------------------------------------------------ the cluster kernels */
 
-/* A few rows (batch-1 decode and the like) with none of the filters that need the whole row in
- * one block (penalties, top-k, top-p, log-probs): a row over a thread-block cluster of
- * SAMPLER_CLUSTER blocks (sm_90), block c taking the c-th slice of the ids (a multiple of 4 long,
- * cut into its 32 warp ranges as above). The blocks exchange their argmax, then their kept masses,
- * through distributed shared memory; the block whose slice holds u * kept finds the token in it.
- * Sums are the same exact integers in the same id order as sampler_kernel's, so every row gets
- * sampler_kernel's token, bit for bit (test_sampler_cluster): one block a row spent ~74 us on
- * 151,936 logits (Nsight Compute, batch-1 decode on an H200, 2026-11-23). */
+/* Rows with none of the filters that need the whole row in one block (penalties, top-k, top-p,
+ * log-probs): a row over a thread-block cluster of SAMPLER_CLUSTER blocks (sm_90), block c taking
+ * the c-th slice of the ids (cluster_slice: a multiple of 8 long, cut into its warp ranges as
+ * above). The blocks exchange their argmax, then their kept masses, through distributed shared
+ * memory; the block whose slice holds u * kept finds the token in it. Sums are the same exact
+ * integers in the same id order as sampler_kernel's, so every row gets sampler_kernel's token,
+ * bit for bit (test_sampler_cluster).
+ *
+ * Two kernels: the staged one (the default wherever a row is 16-byte aligned) first copies its
+ * slice into shared memory with every copy in flight at once (cp.async), and its passes read it
+ * there: the row leaves device memory once, at the copy engine's pace, where one block a row reads
+ * it twice with a float4 a lane in flight (~2.6 TB/s a pass at 256 rows; ~74 us a row alone,
+ * Nsight Compute, batch-1 decode on an H200, 2026-11-23). The other reads the row in place and
+ * takes at most SAMPLER_CLUSTER_MAX_ROWS rows (rows that are not aligned). */
 #define SAMPLER_CLUSTER 8
 #define SAMPLER_CLUSTER_MAX_ROWS 16
+#define SAMPLER_STAGED_THREADS 512 /* two blocks an SM: 64 registers a thread */
+#define SAMPLER_STAGE_MAX (112 * 1024) /* a slice's bytes: two blocks an SM (228 KB) */
 
-template <typename L>
-__global__ void __launch_bounds__(SAMPLER_THREADS)
-    sampler_cluster_kernel(const L *logits, int vocab, const CudaSamplingRow *rows,
-                           int32_t *token_out, float *logprob_out) {
+__host__ __device__ __forceinline__ int cluster_slice(int vocab, int nc) {
+    return ((vocab + nc - 1) / nc + 7) & ~7;
+}
+
+template <typename L, typename X>
+__device__ void cluster_sample(const X &x, int lo, int hi, const CudaSamplingRow &P, int vocab,
+                               int r, int32_t *token_out, float *logprob_out) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     cg::cluster_group cluster = cg::this_cluster();
     const int c = (int)cluster.block_rank(), nc = (int)cluster.num_blocks();
-    const int r = blockIdx.y, warp = threadIdx.x >> 5;
-    const CudaSamplingRow P = rows[r];
+    const int warp = threadIdx.x >> 5;
     Sampling<L> S;
     S.vocab = vocab;
-    S.R.x = {logits + (int64_t)r * vocab};
     S.R.cnt = NULL;
-    const int slice = ((vocab + nc - 1) / nc + 3) & ~3;
-    const int lo = min(c * slice, vocab), hi = min(lo + slice, vocab);
     __shared__ float sh_v;
     __shared__ int sh_i, sh_last;
     __shared__ unsigned long long sh_kept;
@@ -649,21 +683,24 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
     auto cluster_argmax = [&](bool exact) {
         ArgMax a = {-INFINITY, -1};
         if (exact)
-            for_range(S.R.x, lo, hi, warp, false, [&](float v, int i) {
+            for_range(x, lo, hi, warp, false, [&](float v, int i) {
                 const ArgMax b = {v, i};
                 if (am_better(b, a)) a = b;
             });
         else
-            for_range(S.R.x, lo, hi, warp, false, [&](float v, int i) {
+            for_range(x, lo, hi, warp, false, [&](float v, int i) {
                 if (v > a.v) a.v = v, a.i = i;
             });
         a = block_argmax(a);
         if (threadIdx.x == 0) sh_v = a.v, sh_i = a.i;
         cluster.sync();
+        /* lane k reads block k's (every load at once), then the warp's argmax */
+        const int lane = threadIdx.x & 31;
         ArgMax g = {-INFINITY, -1};
-        for (int k = 0; k < nc; k++) {
-            const ArgMax b = {*cluster.map_shared_rank(&sh_v, k),
-                              *cluster.map_shared_rank(&sh_i, k)};
+        if (lane < nc)
+            g = ArgMax{*cluster.map_shared_rank(&sh_v, lane), *cluster.map_shared_rank(&sh_i, lane)};
+        for (int o = 16; o > 0; o >>= 1) {
+            const ArgMax b = {__shfl_xor_sync(FULL_MASK, g.v, o), __shfl_xor_sync(FULL_MASK, g.i, o)};
             if (am_better(b, g)) g = b;
         }
         cluster.sync(); /* every block has read the others' argmax */
@@ -683,7 +720,7 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
         unsigned long long mine = 0;
         int last = -1;
         auto kept_pass = [&](auto filt) { /* filt: min-p on (kept_as) */
-            for_range(S.R.x, lo, hi, warp, true, [&](float v, int i) {
+            for_range(x, lo, hi, warp, true, [&](float v, int i) {
                 const float w = weight<false>(S, v, i);
                 if (kept_as<decltype(filt)::value>(S, w, i))
                     mine += wfix(w), last = max(last, i);
@@ -696,24 +733,26 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
         const Ranges t = range_totals(mine, last);
         if (threadIdx.x == 0) sh_kept = t.total, sh_last = t.last;
         cluster.sync();
-        unsigned long long kept = 0, before = 0, mass[SAMPLER_CLUSTER];
+        /* lane k reads block k's mass and last kept id; the masses' running sums over the
+         * blocks in order (the lanes past nc add 0) */
+        const int lane = threadIdx.x & 31;
+        unsigned long long mass = 0;
         int glast = -1;
-        for (int k = 0; k < nc; k++) {
-            mass[k] = *cluster.map_shared_rank(&sh_kept, k);
-            kept += mass[k];
-            glast = max(glast, *cluster.map_shared_rank(&sh_last, k));
-        }
+        if (lane < nc)
+            mass = *cluster.map_shared_rank(&sh_kept, lane),
+            glast = *cluster.map_shared_rank(&sh_last, lane);
         cluster.sync(); /* every block has read the others' masses */
+        glast = warp_max_i(glast);
+        const unsigned long long incl = warp_scan_u64(mass);
+        const unsigned long long kept = __shfl_sync(FULL_MASK, incl, 31);
         if (kept > 0) {
             const double u = cvllm_uniform(P.seed, P.draw_index);
             const unsigned long long target = (unsigned long long)(u * (double)kept);
-            int owner = -1;
-            for (int k = 0; k < nc && owner < 0; k++) {
-                if (before + mass[k] > target)
-                    owner = k;
-                else
-                    before += mass[k];
-            }
+            /* the block holding target: the first whose running sum passes it */
+            const unsigned m = __ballot_sync(FULL_MASK, incl > target);
+            const int owner = m ? __ffs(m) - 1 : -1;
+            const unsigned long long before =
+                __shfl_sync(FULL_MASK, incl - mass, owner < 0 ? 0 : owner);
             tok = glast >= 0 ? glast : imax; /* rounding never reaching u: the last kept id */
             writer = owner == c || (owner < 0 && c == 0);
             if (owner == c) {
@@ -721,7 +760,7 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
                 const int w = range_of(t, target - before, &b2);
                 if (w >= 0) {
                     const int found =
-                        range_find(S.R.x, lo, hi, w, target - before - b2, [&](float v, int i) {
+                        range_find(x, lo, hi, w, target - before - b2, [&](float v, int i) {
                             const float wt = weight<false>(S, v, i);
                             return kept_w(S, wt, i) ? wfix(wt) : 0ull;
                         });
@@ -735,27 +774,102 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
         logprob_out[r] = 0.0f;
     }
 #else
-    (void)logits, (void)vocab, (void)rows, (void)token_out, (void)logprob_out;
+    (void)x, (void)lo, (void)hi, (void)P, (void)vocab, (void)r, (void)token_out,
+        (void)logprob_out;
 #endif
 }
 
-/* Whether rows (host copies) may take the cluster kernel: few, none with penalties, top-k, top-p
- * or log-probs, on a GPU with clusters (compute capability 9.0 or later; CVLLM_CUDA_SAMPLER=block:
- * never). */
-static int cluster_rows(const CudaSamplingRow *rows, int n) {
-    static int ok = -1;
-    if (ok < 0) {
-        const char *e = getenv("CVLLM_CUDA_SAMPLER");
-        ok = !(e && strcmp(e, "block") == 0) && cuda_device_cc() >= 90;
-    }
-    if (!ok || !rows || n > SAMPLER_CLUSTER_MAX_ROWS) return 0;
+/* The row in place (rows that are not 16-byte aligned; at most SAMPLER_CLUSTER_MAX_ROWS). */
+template <typename L>
+__global__ void __launch_bounds__(SAMPLER_THREADS)
+    sampler_cluster_kernel(const L *logits, int vocab, const CudaSamplingRow *rows,
+                           int32_t *token_out, float *logprob_out) {
+    const int r = blockIdx.y, nc = (int)gridDim.x, slice = cluster_slice(vocab, nc);
+    const int lo = min((int)blockIdx.x * slice, vocab), hi = min(lo + slice, vocab);
+    cluster_sample<L>(Logits<L>{logits + (int64_t)r * vocab}, lo, hi, rows[r], vocab, r,
+                      token_out, logprob_out);
+}
+
+/* The slice copied into shared memory first (dynamic, its bytes): vocab * sizeof(L) and logits
+ * 16-byte aligned, so every slice is a whole number of 16-byte pieces. */
+template <typename L>
+__global__ void __launch_bounds__(SAMPLER_STAGED_THREADS, 2)
+    sampler_staged_kernel(const L *logits, int vocab, const CudaSamplingRow *rows,
+                          int32_t *token_out, float *logprob_out) {
+    extern __shared__ __align__(16) unsigned char stage[];
+    const int r = blockIdx.y, nc = (int)gridDim.x, slice = cluster_slice(vocab, nc);
+    const int lo = min((int)blockIdx.x * slice, vocab), hi = min(lo + slice, vocab);
+    const char *src = reinterpret_cast<const char *>(logits + (int64_t)r * vocab + lo);
+    const int bytes = (hi - lo) * (int)sizeof(L);
+    for (int o = (int)threadIdx.x * 16; o < bytes; o += (int)blockDim.x * 16)
+        cp_async16(stage + o, src + o, 16);
+    cp_async_commit();
+    const CudaSamplingRow P = rows[r];
+    cp_async_wait<0>();
+    __syncthreads();
+    cluster_sample<L>(Staged<L>{reinterpret_cast<const L *>(stage), lo}, lo, hi, P, vocab, r,
+                      token_out, logprob_out);
+}
+
+/* Which kernel takes the rows: 0 sampler_kernel, 1 sampler_cluster_kernel, 2 the staged one.
+ * Rows (host copies) with penalties, top-k, top-p or log-probs need sampler_kernel; a GPU without
+ * clusters (compute capability below 9.0) too. The staged kernel takes as many rows as one wave
+ * of its blocks holds (two an SM: 33 rows on 132 SMs): its blocks copy, then compute, in step, so
+ * each further wave costs a whole block's time (H200, `bench ops sampler`, temperature 0.6, f32:
+ * 64 rows 0.051 ms against the one-block kernel's 0.035, 256 rows 0.146 against 0.097; 8 rows
+ * 0.018 against 0.033). CVLLM_CUDA_SAMPLER=block: always sampler_kernel; =cluster: never the
+ * staged kernel (the choice before it). */
+static int sampler_choice(const void *d_logits, size_t esize, int vocab,
+                          const CudaSamplingRow *rows, int n) {
+    const char *e = getenv("CVLLM_CUDA_SAMPLER"); /* read at each call: the tests switch it */
+    const int mode = cuda_device_cc() < 90 || (e && strcmp(e, "block") == 0) ? 0
+                     : e && strcmp(e, "cluster") == 0                        ? 1
+                                                                             : 2;
+    if (!mode || !rows) return 0;
     for (int r = 0; r < n; r++) {
         const CudaSamplingRow *P = &rows[r];
         if (P->has_penalty || P->num_logprobs >= 0 || (P->top_k > 0) ||
             (P->top_p > 0.0f && P->top_p < 1.0f))
             return 0;
     }
-    return 1;
+    if (mode == 2 && ((uintptr_t)d_logits & 15) == 0 && ((size_t)vocab * esize) % 16 == 0 &&
+        (size_t)cluster_slice(vocab, SAMPLER_CLUSTER) * esize <= SAMPLER_STAGE_MAX &&
+        n * SAMPLER_CLUSTER <= 2 * cuda_device_sms())
+        return 2;
+    return n <= SAMPLER_CLUSTER_MAX_ROWS ? 1 : 0;
+}
+
+template <typename L>
+static int launch_cluster(int staged, const L *logits, int n, int vocab,
+                          const CudaSamplingRow *d_rows, int32_t *d_token, float *d_logprob,
+                          cudaStream_t stream) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(SAMPLER_CLUSTER, n);
+    cfg.blockDim = dim3(staged ? SAMPLER_STAGED_THREADS : SAMPLER_THREADS);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = SAMPLER_CLUSTER;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (!staged) {
+        CUDA_TRY(cudaLaunchKernelEx(&cfg, sampler_cluster_kernel<L>, logits, vocab, d_rows,
+                                    d_token, d_logprob));
+        return 0;
+    }
+    static int attr_set = 0; /* per instantiation; the limit is a property of the function */
+    if (!attr_set) {
+        CUDA_TRY(cudaFuncSetAttribute(sampler_staged_kernel<L>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      SAMPLER_STAGE_MAX));
+        attr_set = 1;
+    }
+    cfg.dynamicSmemBytes = (size_t)cluster_slice(vocab, SAMPLER_CLUSTER) * sizeof(L);
+    CUDA_TRY(cudaLaunchKernelEx(&cfg, sampler_staged_kernel<L>, logits, vocab, d_rows, d_token,
+                                d_logprob));
+    return 0;
 }
 
 extern "C" size_t sampler_cuda_scratch_bytes(int rows, int vocab) {
@@ -774,28 +888,12 @@ extern "C" int sampler_cuda(const void *d_logits, DType ldt, int n, int vocab,
     if (vocab >= (1 << 19))
         return cvllm_errorf(CVLLM_EUNSUPPORTED, "cuda sampler: vocabulary of %d (at most 524287)",
                             vocab);
-    if (cluster_rows(h_rows, n)) {
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(SAMPLER_CLUSTER, n);
-        cfg.blockDim = dim3(SAMPLER_THREADS);
-        cfg.stream = stream;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = SAMPLER_CLUSTER;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        if (bf16)
-            CUDA_TRY(cudaLaunchKernelEx(&cfg, sampler_cluster_kernel<uint16_t>,
-                                        (const uint16_t *)d_logits, vocab, d_rows, d_token,
-                                        d_logprob));
-        else
-            CUDA_TRY(cudaLaunchKernelEx(&cfg, sampler_cluster_kernel<float>,
-                                        (const float *)d_logits, vocab, d_rows, d_token,
-                                        d_logprob));
-        return 0;
-    }
+    const int kind = sampler_choice(d_logits, bf16 ? 2 : 4, vocab, h_rows, n);
+    if (kind)
+        return bf16 ? launch_cluster(kind == 2, (const uint16_t *)d_logits, n, vocab, d_rows,
+                                     d_token, d_logprob, stream)
+                    : launch_cluster(kind == 2, (const float *)d_logits, n, vocab, d_rows,
+                                     d_token, d_logprob, stream);
     if (bf16)
         sampler_kernel<<<n, SAMPLER_THREADS, 0, stream>>>(
             (const uint16_t *)d_logits, vocab, d_rows, d_ids, d_token, d_logprob, d_top_ids,
