@@ -208,12 +208,16 @@ static void test_vocab_shards_to_rows(void **state) {
 
 static void test_residual_rmsnorm(void **state) {
     (void)state;
-    /* 1022 and 5120: the one-element kernel (H % 4 != 0, H > 4096); the rest the 16-byte one */
-    const int Hs[] = {96, 1000, 1024, 2560, 4096, 1022, 5120}, T = 19;
-    for (int hi = 0; hi < 7; hi++)
+    /* 1022 and 5120: the one-element kernel (H % 4 != 0, H > 4096); 512, 1024: the warp a row
+     * kernel, then (CVLLM_CUDA_EW=0) the 16-byte block a row one; the rest that one. T 19: the
+     * warp kernel's last block has 1 row of its 2. with_add 2: the residual sum alone (no h, no
+     * w: the last layer's call) */
+    const int Hs[] = {96, 512, 1000, 1024, 2048, 2560, 4096, 1022, 5120}, T = 19;
+    for (int hi = 0; hi < 9 * 2; hi++)
         for (int di = 0; di < 3; di++)
-            for (int with_add = 0; with_add < 2; with_add++) {
-                const int H = Hs[hi];
+            for (int with_add = 0; with_add < 3; with_add++) {
+                const int H = Hs[hi % 9];
+                if (hi >= 9) setenv("CVLLM_CUDA_EW", "0", 1);
                 const DType dt = DTYPES[di];
                 const int64_t n = (int64_t)T * H;
                 float *x = xmalloc(n * sizeof(float)), *add = xmalloc(n * sizeof(float)),
@@ -227,8 +231,9 @@ static void test_residual_rmsnorm(void **state) {
                       *dadd = dev_upload(add, n * sizeof(float)),
                       *dw = dev_upload(w, H * sizeof(float));
                 void *dh = dev_poisoned(n * dtype_size(dt));
-                OK(residual_rmsnorm_cuda(dx, with_add ? dadd : NULL, dw, dh, dt, T, H, 1e-6f,
-                                         g_stream));
+                const int alone = with_add == 2;
+                OK(residual_rmsnorm_cuda(dx, with_add ? dadd : NULL, alone ? NULL : dw,
+                                         alone ? NULL : dh, dt, T, H, 1e-6f, g_stream));
                 memcpy(xref, x, n * sizeof(float));
                 for (int t = 0; t < T; t++) {
                     float *xr = xref + (int64_t)t * H;
@@ -240,9 +245,10 @@ static void test_residual_rmsnorm(void **state) {
                 void *hh = xmalloc(n * dtype_size(dt));
                 dev_download(hh, dh, n * dtype_size(dt));
                 unpack(dt, hh, got, n);
-                compare("rmsnorm h", got, ref, n, tol_for(dt, 2e-5));
+                if (!alone) compare("rmsnorm h", got, ref, n, tol_for(dt, 2e-5));
                 dev_download(got, dx, n * sizeof(float));
                 compare("residual x", got, xref, n, 0.0);
+                unsetenv("CVLLM_CUDA_EW");
                 cudaFree(dx), cudaFree(dadd), cudaFree(dw), cudaFree(dh);
                 free(x), free(add), free(w), free(ref), free(xref), free(got), free(hh);
             }
@@ -480,9 +486,11 @@ static void test_silu_mul_gather_bias(void **state) {
     (void)state;
     const int T = 13, H = 200;
     /* gu in f32, then in the output's dtype (the gate/up product's "gu16" output) */
-    for (int ci = 0; ci < 12; ci++) {
-        const DType dt = DTYPES[ci % 3], gudt = ci < 6 ? DTYPE_F32 : dt;
-        const int I = ci % 6 < 3 ? 771 : 772; /* the one-element kernel, then the vector one */
+    for (int ci = 0; ci < 18; ci++) {
+        const DType dt = DTYPES[ci % 3], gudt = ci < 9 ? DTYPE_F32 : dt;
+        /* the one-element kernel, the 4-wide one, the 8-wide one (a 16-bit gu of the output's
+         * dtype; f32 gu: 4-wide again) */
+        const int Is[3] = {771, 772, 776}, I = Is[ci % 9 / 3];
         float *gu = xmalloc((size_t)T * 2 * I * 4), *ref = xmalloc((size_t)T * I * 4),
               *got = xmalloc((size_t)T * I * 4);
         for (int64_t i = 0; i < (int64_t)T * 2 * I; i++)

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/qk_norm_rope.cuh"
 
@@ -174,14 +176,78 @@ __global__ void residual_rmsnorm4_kernel(float *x, const float *add, const float
     }
 }
 
+/* The same with a warp a row (H = 128 NV, NV <= 8, rows 16-byte aligned): lane l holds the row's
+ * float4s l, l + 32, .. (NV of them, all loaded before any is used: 16 NV bytes in flight a lane,
+ * where the block-a-row kernel above has 16), and the sum is the warp's shuffles alone, no block
+ * barrier; RMS_WARPS rows a block. */
+#define RMS_WARPS 2
+template <typename A, int NV>
+__global__ void __launch_bounds__(32 * RMS_WARPS)
+    residual_rmsnorm_warp_kernel(float *x, const float *add, const float *w, A *h, int T,
+                                 float eps) {
+    pdl_wait();
+    pdl_trigger();
+    const int64_t t = (int64_t)blockIdx.x * RMS_WARPS + (threadIdx.x >> 5);
+    if (t >= T) return;
+    const int lane = threadIdx.x & 31, H = 128 * NV;
+    float4 v[NV], wv[NV]; /* w's too: loaded after the sum, each would wait behind the stores
+                            * to h before it (h may alias w, as far as the compiler knows) */
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+        v[k] = *(const float4 *)(x + t * H + (k * 32 + lane) * 4);
+    if (h) /* without h (the residual sum alone) w may be NULL */
+#pragma unroll
+        for (int k = 0; k < NV; k++)
+            wv[k] = __ldg((const float4 *)(w + (k * 32 + lane) * 4));
+    if (add) {
+        float4 a[NV];
+#pragma unroll
+        for (int k = 0; k < NV; k++)
+            a[k] = *(const float4 *)(add + t * H + (k * 32 + lane) * 4);
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            v[k].x += a[k].x, v[k].y += a[k].y, v[k].z += a[k].z, v[k].w += a[k].w;
+            *(float4 *)(x + t * H + (k * 32 + lane) * 4) = v[k];
+        }
+    }
+    if (!h) return;
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+        ss += (v[k].x * v[k].x + v[k].y * v[k].y) + (v[k].z * v[k].z + v[k].w * v[k].w);
+    ss = warp_sum(ss);
+    const float r = 1.0f / sqrtf(ss / (float)H + eps);
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        const int i = (k * 32 + lane) * 4;
+        store4<A>(h + t * H + i, (v[k].x * r) * wv[k].x, (v[k].y * r) * wv[k].y,
+                  (v[k].z * r) * wv[k].z, (v[k].w * r) * wv[k].w);
+    }
+}
+
 static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 static int act_bytes(DType adt) { return adt == DTYPE_F32 ? 4 : 2; } /* bf16, f16, f32 */
+
+/* CVLLM_CUDA_EW=0: the elementwise kernels before the warp-a-row norm and the 8-wide SiLU (read
+ * at each call, for measuring) */
+static bool ew_wide(void) {
+    const char *e = getenv("CVLLM_CUDA_EW");
+    return !(e && strcmp(e, "0") == 0);
+}
 
 extern "C" int residual_rmsnorm_cuda(float *d_x, const float *d_add, const float *d_w, void *d_h,
                                      DType adt, int T, int H, float eps, cudaStream_t stream) {
     if (T <= 0) return 0;
-    if (H % 4 == 0 && H <= 4096 && aligned16(d_x) && aligned16(d_add) && aligned16(d_w) &&
-        ((uintptr_t)d_h & (4 * act_bytes(adt) - 1)) == 0) {
+    const bool vec = aligned16(d_x) && aligned16(d_add) && aligned16(d_w) &&
+                     ((uintptr_t)d_h & (4 * act_bytes(adt) - 1)) == 0;
+    const int blocks = (T + RMS_WARPS - 1) / RMS_WARPS;
+    if (vec && (H == 512 || H == 1024) && ew_wide()) {
+        DISPATCH_DTYPE(adt, A, {
+            auto k = H == 512 ? residual_rmsnorm_warp_kernel<A, 4>
+                              : residual_rmsnorm_warp_kernel<A, 8>;
+            pdl_launch(k, blocks, 32 * RMS_WARPS, 0, stream, d_x, d_add, d_w, (A *)d_h, T, eps);
+        });
+    } else if (H % 4 == 0 && H <= 4096 && vec) {
         const int threads = (H / 4 + 31) / 32 * 32;
         DISPATCH_DTYPE(adt, A,
                        pdl_launch(residual_rmsnorm4_kernel<A>, T, threads, 0, stream, d_x, d_add,
@@ -459,8 +525,37 @@ template <typename A, typename G> __global__ void silu_mul4_kernel(A *g, const G
               a.z / (1.0f + expf(-a.z)) * u.z, a.w / (1.0f + expf(-a.w)) * u.w);
 }
 
+/* Eight elements a thread from a 16-bit gu (I % 8 == 0, rows 16-byte aligned): one 16-byte load
+ * of the gate's and one of the up's, one 16-byte store; the arithmetic of the kernels above */
+template <typename A> struct alignas(16) Vec8 {
+    A v[8];
+};
+template <typename A> __global__ void silu_mul8_kernel(A *g, const A *gu, int I) {
+    pdl_wait();
+    pdl_trigger();
+    const int64_t t = blockIdx.y;
+    const int i = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= I) return;
+    const Vec8<A> a = *(const Vec8<A> *)(gu + t * 2 * I + i),
+                  u = *(const Vec8<A> *)(gu + t * 2 * I + I + i);
+    Vec8<A> o;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const float x = to_f32(a.v[j]);
+        o.v[j] = from_f32<A>(x / (1.0f + expf(-x)) * to_f32(u.v[j]));
+    }
+    *(Vec8<A> *)(g + t * I + i) = o;
+}
+
 template <typename A, typename G>
 static void launch_silu_mul(A *g, const G *gu, int T, int I, cudaStream_t stream) {
+    if constexpr (sizeof(G) == 2 && std::is_same<A, G>::value) {
+        if (I % 8 == 0 && aligned16(gu) && aligned16(g) && ew_wide()) {
+            pdl_launch(silu_mul8_kernel<A>, dim3((I / 8 + 127) / 128, T), 128, 0, stream, g, gu,
+                       I);
+            return;
+        }
+    }
     if (I % 4 == 0 && ((uintptr_t)gu & (4 * sizeof(G) - 1)) == 0 &&
         ((uintptr_t)g & (4 * sizeof(A) - 1)) == 0)
         pdl_launch(silu_mul4_kernel<A, G>, dim3((I / 4 + 255) / 256, T), 256, 0, stream, g, gu, I);
