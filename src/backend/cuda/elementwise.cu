@@ -237,7 +237,8 @@ static bool ew_wide(void) {
 
 extern "C" int residual_rmsnorm_cuda(float *d_x, const float *d_add, const float *d_w, void *d_h,
                                      DType adt, int T, int H, float eps, cudaStream_t stream) {
-    if (T <= 0) return 0;
+    if (T <= 0 || (!d_add && !d_h)) return 0; /* nothing to do (the last layer's, where the down
+                                               * product added into x itself): no launch */
     const bool vec = aligned16(d_x) && aligned16(d_add) && aligned16(d_w) &&
                      ((uintptr_t)d_h & (4 * act_bytes(adt) - 1)) == 0;
     const int blocks = (T + RMS_WARPS - 1) / RMS_WARPS;

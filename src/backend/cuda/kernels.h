@@ -65,7 +65,8 @@ int vocab_shards_to_rows_cuda(float *d_dst, const float *d_src, int n, int V, in
 
 /* x[t] += add[t] (add may be NULL); h[t] = adt((x[t] * rsqrt(mean(x[t]^2) + eps)) * w).
  * x, add: [T, H] f32; w: [H] f32; h: [T, H] of adt.   CPU: residual_norm (backend_cpu.c) =
- * the loop x += y then rmsnorm_cpu. h may be NULL (the add alone). */
+ * the loop x += y then rmsnorm_cpu. h may be NULL (the add alone; with add NULL too, nothing is
+ * launched). */
 int residual_rmsnorm_cuda(float *d_x, const float *d_add, const float *d_w, void *d_h, DType adt,
                           int T, int H, float eps, cudaStream_t stream);
 
