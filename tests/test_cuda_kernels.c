@@ -312,8 +312,8 @@ static void test_qk_norm_rope(void **state) {
                 const size_t cb = (size_t)nslots * kvd * dtype_size(kdt);
                 void *kc = dev_poisoned(cb), *vc = dev_poisoned(cb);
                 OK(qk_norm_rope_store_cuda(d2, ld, dpos, dinv, norm ? dqn : NULL, norm ? dkn : NULL,
-                                           T, nh, nkv, hd, 1e-6f, kc, vc, kdt, ks, vs, dslot,
-                                           g_stream));
+                                           T, nh, nkv, hd, 1e-6f, kc, vc, kdt, ks, vs, dslot, NULL,
+                                           DTYPE_BF16, 0, g_stream));
                 float *got2 = xmalloc(n * sizeof(float));
                 dev_download(got2, d2, n * sizeof(float));
                 compare("qk_norm_rope_store rows", got2, ref, n, 1e-4);
@@ -349,6 +349,47 @@ static void test_qk_norm_rope(void **state) {
                     compare("qk_norm_rope_store fp8 cache codes", gk, wk, m, 0.0);
                 else
                     compare("qk_norm_rope_store cache", gk, wk, m, tol_for(kdt, 1e-4));
+                { /* q to a 16-bit buffer (a prefill's d_q16): q as the rows above hold it,
+                   * rounded; the same cache bytes; the rows left as they were */
+                    const DType qdt = norm ? DTYPE_BF16 : DTYPE_F16;
+                    const int64_t ld16 = ((int64_t)nh * hd + 7) / 8 * 8 + 8; /* padded */
+                    float *d3 = dev_upload(qkv, n * sizeof(float));
+                    void *kc3 = dev_poisoned(cb), *vc3 = dev_poisoned(cb);
+                    void *dq16 = dev_poisoned((size_t)T * ld16 * 2);
+                    OK(qk_norm_rope_store_cuda(d3, ld, dpos, dinv, norm ? dqn : NULL,
+                                               norm ? dkn : NULL, T, nh, nkv, hd, 1e-6f, kc3, vc3,
+                                               kdt, ks, vs, dslot, dq16, qdt, ld16, g_stream));
+                    uint16_t *q16 = xmalloc((size_t)T * ld16 * 2);
+                    dev_download(q16, dq16, (size_t)T * ld16 * 2);
+                    for (int t = 0; t < T; t++)
+                        for (int i = 0; i < nh * hd; i++) {
+                            const float x = got2[t * ld + i];
+                            const uint16_t want = qdt == DTYPE_BF16 ? f32_to_bf16(x) : f32_to_f16(x);
+                            if (q16[t * ld16 + i] != want)
+                                fail_msg("qk_norm_rope_store q16 (hd %d): token %d, %d: %04x, "
+                                         "expected %04x",
+                                         hd, t, i, q16[t * ld16 + i], want);
+                        }
+                    float *rows = xmalloc(n * sizeof(float));
+                    dev_download(rows, d3, n * sizeof(float));
+                    if (memcmp(rows, qkv, n * sizeof(float)))
+                        fail_msg("qk_norm_rope_store q16 (hd %d): the qkv rows changed", hd);
+                    void *kh3 = xmalloc(cb), *vh3 = xmalloc(cb);
+                    dev_download(kh3, kc3, cb);
+                    dev_download(vh3, vc3, cb);
+                    for (int t = 0; t < T; t++) /* the slots' rows: the same bytes */
+                        if (slot[t] >= 0) {
+                            const size_t o = (size_t)slot[t] * kvd * dtype_size(kdt),
+                                         rb = (size_t)kvd * dtype_size(kdt);
+                            if (memcmp((char *)kh3 + o, (char *)kh + o, rb) ||
+                                memcmp((char *)vh3 + o, (char *)vh + o, rb))
+                                fail_msg("qk_norm_rope_store q16 (hd %d): token %d's cache row "
+                                         "differs",
+                                         hd, t);
+                        }
+                    cudaFree(d3), cudaFree(kc3), cudaFree(vc3), cudaFree(dq16);
+                    free(q16), free(rows), free(kh3), free(vh3);
+                }
                 cudaFree(d2), cudaFree(dslot), cudaFree(kc), cudaFree(vc);
                 free(got2), free(kh), free(vh), free(kf), free(vf), free(gk), free(wk);
             }
@@ -1126,6 +1167,30 @@ static void run_attention_case(const AttnCase *c) {
         }
         const double rel = compare(what, got, ref, (int64_t)T * nh * hd, tol);
         if (tc) printf("    %s: %.2e\n", what, rel);
+        if (kind == 0 && tc) { /* q already rounded (AttentionParams.q16): the very same bytes */
+            const int64_t ld16 = (int64_t)nh * hd + 8; /* a padded row */
+            float *qr = xcalloc((size_t)T * ld16, 4);
+            for (int t = 0; t < T; t++)
+                memcpy(qr + t * ld16, q + (int64_t)t * ldq, (size_t)nh * hd * 4);
+            void *qh = pack(attention_prefill_tc_dtype(&p), qr, T * ld16);
+            void *dq16 = dev_upload(qh, (size_t)T * ld16 * 2);
+            void *out1 = p.out, *oh2 = xmalloc(ob);
+            p.out = dev_poisoned(ob);
+            p.q16 = dq16, p.ldq16 = ld16;
+            OK(attention_prefill_cuda(&p, g_stream));
+            CK(cudaStreamSynchronize(g_stream));
+            dev_download(oh2, p.out, ob);
+            if (memcmp(oh, oh2, ob)) fail_msg("%s: with q16 the output differs", what);
+            p.q16 = NULL, p.ldq16 = 0;
+            cudaFree(p.out), cudaFree(dq16);
+            p.out = out1;
+            free(qr), free(qh), free(oh2);
+        }
+        if (kind == 0 && c->kvdt == DTYPE_F32) { /* no tensor cores: a q16 is refused */
+            p.q16 = dq, p.ldq16 = (int64_t)nh * hd;
+            assert_int_not_equal(attention_prefill_cuda(&p, g_stream), 0);
+            p.q16 = NULL, p.ldq16 = 0;
+        }
         if (kind && c->ramp > 0) {
             /* the lazy rule (the default) against the running max moved at every step: the same
              * products, only the weights rounded relative to another max (a 16-bit step each) */
@@ -1449,7 +1514,8 @@ static void test_attention_decode_fused(void **state) {
             if (way == 0) {
                 OK(qk_norm_rope_store_cuda(dq, ld, dpos, dinv, norm ? dqn : NULL,
                                            norm ? dkn : NULL, S, nh, nkv, hd, 1e-6f, kc[way],
-                                           vc[way], kdt, ks, vs, dslot, g_stream));
+                                           vc[way], kdt, ks, vs, dslot, NULL, DTYPE_BF16, 0,
+                                           g_stream));
             } else {
                 pw.positions = dpos, pw.slots = dslot, pw.inv_freq = dinv;
                 pw.q_norm = norm ? dqn : NULL, pw.k_norm = norm ? dkn : NULL, pw.eps = 1e-6f;

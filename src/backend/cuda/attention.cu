@@ -927,13 +927,19 @@ __global__ void __launch_bounds__(128 * HB, HB == 1 && MT == 1 && !IsFp8<KV>::va
     for (int i = threadIdx.x; i < HB * BQ * (HD / 4); i += blockDim.x) {
         const int hr = i / (HD / 4), hh = HB > 1 ? hr / TC_BQ : 0, r = hr - hh * TC_BQ;
         const int d = (i % (HD / 4)) * 4;
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r < rows)
-            v = *(const float4 *)(p.q + (int64_t)(q0 + tile0 + r) * p.ldq +
-                                  (int64_t)(blockIdx.y * HB + hh) * HD + d);
-        uint2 u;
-        u.x = pack2<C>(v.x, v.y);
-        u.y = pack2<C>(v.z, v.w);
+        uint2 u = make_uint2(0, 0);
+        if (p.q16) { /* already rounded (qk_norm_rope_store_cuda's d_q16) */
+            if (r < rows)
+                u = *(const uint2 *)((const C *)p.q16 + (int64_t)(q0 + tile0 + r) * p.ldq16 +
+                                     (int64_t)(blockIdx.y * HB + hh) * HD + d);
+        } else {
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (r < rows)
+                v = *(const float4 *)(p.q + (int64_t)(q0 + tile0 + r) * p.ldq +
+                                      (int64_t)(blockIdx.y * HB + hh) * HD + d);
+            u.x = pack2<C>(v.x, v.y);
+            u.y = pack2<C>(v.z, v.w);
+        }
         *(uint2 *)&Qs[hr * LD + d] = u;
     }
     __syncthreads();
@@ -1201,17 +1207,25 @@ static int force_simt(void) {
     return v;
 }
 
+extern "C" DType attention_prefill_tc_dtype(const AttentionParams *p) {
+    return p->kvdt == DTYPE_FP8_E4M3 ? p->adt : p->kvdt;
+}
+
 extern "C" int attention_prefill_uses_tc(const AttentionParams *p) {
     const int c16 = p->kvdt == DTYPE_BF16 || p->kvdt == DTYPE_F16 ||
                     (p->kvdt == DTYPE_FP8_E4M3 && (p->adt == DTYPE_BF16 || p->adt == DTYPE_F16));
-    return c16 && (p->hd == 64 || p->hd == 128) && p->ldq % 4 == 0 && ((uintptr_t)p->q & 15) == 0 &&
-           !force_simt();
+    const int q_ok = p->q16 ? p->ldq16 % 8 == 0 && ((uintptr_t)p->q16 & 15) == 0
+                            : p->ldq % 4 == 0 && ((uintptr_t)p->q & 15) == 0;
+    return c16 && (p->hd == 64 || p->hd == 128) && q_ok && !force_simt();
 }
 
 extern "C" int attention_prefill_cuda(const AttentionParams *p, cudaStream_t stream) {
     int rc = check_params(p);
     if (rc) return rc;
     if (p->num_seqs <= 0 || p->max_seqlen_q <= 0) return 0;
+    if (p->q16 && !attention_prefill_uses_tc(p))
+        return cvllm_errorf(CVLLM_EINVAL, "cuda attention: a 16-bit q where the tensor-core "
+                                          "prefill does not run (attention_prefill_uses_tc)");
     if (attention_prefill_uses_tc(p)) {
         if (attention_prefill_wg_supported(p)) return attention_prefill_wg_cuda(p, stream);
         if (p->kvdt == DTYPE_BF16)

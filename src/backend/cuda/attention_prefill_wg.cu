@@ -144,14 +144,30 @@ __global__ void __launch_bounds__(256, 1) attention_prefill_wg_kernel(AttentionP
         cp_async_commit();
     };
 
-    /* tile 0's copies first, then Q (f32) rounded to C into the warpgroups' 64-row tiles, every
-     * row's loads before its stores (rows past the tile's read row 0, stored as zeros) */
+    /* tile 0's copies first, then Q (f32 rounded to C, or q16 as it is) into the warpgroups'
+     * 64-row tiles, every row's loads before its stores (rows past the tile's read row 0, stored
+     * as zeros) */
     if constexpr (IsFp8<KV>::value)
         load_fp8(0);
     else
         issue16(0, 0);
-    {
-        constexpr int QU = WG_BQ * 16 / 256;
+    constexpr int QU = WG_BQ * 16 / 256;
+    if (p.q16) { /* already rounded (qk_norm_rope_store_cuda's d_q16): 16 bytes a piece */
+        uint4 qv[QU];
+#pragma unroll
+        for (int u = 0; u < QU; u++) {
+            const int i = tid + u * 256, r = i >> 4, cc = i & 15;
+            qv[u] = *(const uint4 *)((const C *)p.q16 +
+                                     (int64_t)(q0 + tile0 + (r < rows ? r : 0)) * p.ldq16 +
+                                     (int64_t)h * WG_HD + cc * 8);
+        }
+#pragma unroll
+        for (int u = 0; u < QU; u++) {
+            const int i = tid + u * 256, r = i >> 4, cc = i & 15;
+            *(uint4 *)(sm + (r >> 6) * WG_TILE + wg_swz(r & 63, cc)) =
+                r < rows ? qv[u] : make_uint4(0, 0, 0, 0);
+        }
+    } else {
         float4 qa[QU], qb4[QU];
 #pragma unroll
         for (int u = 0; u < QU; u++) {

@@ -162,6 +162,10 @@ typedef struct {
                        * GQA groups up to FUSE_QK_ANY_GROUP): the attention kernel norms,
                        * rotates and stores the raw qkv rows itself (fusion "qk";
                        * AttentionParams.positions) */
+    int q16;              /* prefill steps whose attention runs on the tensor cores: the q/k
+                           * kernel writes q in their 16-bit type (AttentionParams.q16; into
+                           * gu, unused between the qkv and gate/up products), not in f32 back
+                           * into the qkv rows (fusion "q16") */
     uint64_t *order_keys; /* [Smax] host scratch of stage_order */
     unsigned skip;        /* op classes decode steps leave out (1 << PC_*; CVLLM_CUDA_SKIP) */
     int64_t *h_slots;
@@ -453,7 +457,8 @@ static int list_has(const char *e, const char *name) {
  * comma-separated list of the ones on ("silu": the gate/up GEMV with SiLU at one token; "qk": the
  * q/k norm, rope and K/V store inside the decode attention kernel; "gu16": the gate/up product
  * writes the model's dtype for silu_mul, not f32; "res": on one GPU the o and down products add
- * into the residual stream (cuBLASLt's beta 1), not into tmp for the norm to add). */
+ * into the residual stream (cuBLASLt's beta 1), not into tmp for the norm to add; "q16": a
+ * prefill's q written in the tensor-core attention's 16-bit type). */
 static int fusion_on(const char *name) {
     const char *e = getenv("CVLLM_CUDA_FUSE");
     if (!e || !*e || strcmp(e, "1") == 0) return 1;
@@ -592,6 +597,7 @@ static int alloc_workspace(CudaBackend *c) {
                                                                                     : DTYPE_F32;
     }
     c->fuse_qk = fusion_on("qk");
+    c->q16 = fusion_on("q16");
     c->gudt = fusion_on("gu16") ? c->adt : DTYPE_F32;
     c->residual_acc = fusion_on("res");
     c->skip = skip_classes();
@@ -979,6 +985,12 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
         ap.inv_freq = c->inv_freq;
         ap.eps = eps;
     }
+    /* a prefill on the tensor-core attention: q in its 16-bit type, in gu (T x 2I x 4 bytes) */
+    if (!m->decode && c->q16 && 4 * (int64_t)c->I >= c->qd) {
+        ap.q16 = c->gu;
+        ap.ldq16 = c->qd;
+        if (!attention_prefill_uses_tc(&ap)) ap.q16 = NULL, ap.ldq16 = 0;
+    }
     int parts = m->parts;
     if (m->decode && parts <= 0) parts = attention_decode_num_parts(&ap, c->num_sms);
     for (int l = 0; l < c->L; l++) {
@@ -998,7 +1010,8 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
             RUN(PC_OTHER,
                 qk_norm_rope_store_cuda(c->qkv, c->qkvd, c->d_pos, c->inv_freq, cl->q_norm,
                                         cl->k_norm, T, c->heads, c->kvh, c->hd, eps, kc, vc,
-                                        c->kvdt, 1.0f, 1.0f, c->d_slots, st));
+                                        c->kvdt, 1.0f, 1.0f, c->d_slots, (void *)ap.q16,
+                                        attention_prefill_tc_dtype(&ap), ap.ldq16, st));
         }
         ap.k_cache = kc;
         ap.v_cache = vc;

@@ -328,12 +328,12 @@ static int check_kv_scales(DType kvdt, float k_scale, float v_scale) {
  * computing its own angles (a prefill step's kernel spent most of its time in cosf / sinf that
  * way: 16,384 tokens of qwen3-0.6b, 236 us a layer over an fp8 cache, 2.1 TB/s, against 147 us
  * with the table; Nsight Compute, H200, 2026-11-27). */
-template <typename C, int HD>
+template <typename C, int HD, typename Q>
 __global__ void qk_norm_rope_store_kernel(float *qkv, int64_t ld, const int32_t *positions,
                                           const float *inv_freq, const float *q_norm,
                                           const float *k_norm, int n_heads, int n_kv_heads, int hd,
                                           float eps, C *kc, C *vc, const int64_t *slots,
-                                          float k_scale, float v_scale) {
+                                          float k_scale, float v_scale, Q *q16, int64_t ldq16) {
     __shared__ float2 cs[HD ? HD / 2 : 1];
     const int64_t t = blockIdx.x;
     /* the step's inputs, not the kernel ahead's outputs: read before the wait */
@@ -357,12 +357,21 @@ __global__ void qk_norm_rope_store_kernel(float *qkv, int64_t ld, const int32_t 
             continue;
         }
         const bool is_k = h >= n_heads;
-        C *dst = is_k && slot >= 0 ? kc + slot * kv_dim + (int64_t)(h - n_heads) * d : NULL;
         const float *w = is_k ? k_norm : q_norm;
+        if (!is_k && q16) { /* q rounded to the attention's type, the row left as it was */
+            Q *qd = q16 + t * ldq16 + (int64_t)h * d;
+            if constexpr (HD > 0)
+                norm_rope_head_cs<Q, HD>(v, NULL, qd, NULL, w, cs, eps, 1.0f);
+            else
+                norm_rope_head<Q>(v, NULL, qd, w, inv_freq, pos, hd, eps, 1.0f);
+            continue;
+        }
+        C *dst = is_k && slot >= 0 ? kc + slot * kv_dim + (int64_t)(h - n_heads) * d : NULL;
+        float *back = q16 ? NULL : v; /* with q16, k goes to the cache alone */
         if constexpr (HD > 0)
-            norm_rope_head_cs<C, HD>(v, v, dst, NULL, w, cs, eps, k_scale);
+            norm_rope_head_cs<C, HD>(v, back, dst, NULL, w, cs, eps, k_scale);
         else
-            norm_rope_head<C>(v, v, dst, w, inv_freq, pos, hd, eps, k_scale);
+            norm_rope_head<C>(v, back, dst, w, inv_freq, pos, hd, eps, k_scale);
     }
 }
 
@@ -371,9 +380,13 @@ extern "C" int qk_norm_rope_store_cuda(float *d_qkv, int64_t ld, const int32_t *
                                        const float *d_k_norm, int T, int n_heads, int n_kv_heads,
                                        int hd, float eps, void *d_k_cache, void *d_v_cache,
                                        DType kvdt, float k_scale, float v_scale,
-                                       const int64_t *d_slot_mapping, cudaStream_t stream) {
+                                       const int64_t *d_slot_mapping, void *d_q16, DType q16dt,
+                                       int64_t ldq16, cudaStream_t stream) {
     int rc = check_kv_scales(kvdt, k_scale, v_scale);
     if (rc) return rc;
+    if (d_q16 && ((q16dt != DTYPE_BF16 && q16dt != DTYPE_F16) || ldq16 % 8 || !aligned16(d_q16)))
+        return cvllm_errorf(CVLLM_EINVAL, "cuda qk_norm_rope_store: q16 of dtype %d, row of %lld",
+                            (int)q16dt, (long long)ldq16);
     if (T <= 0) return 0;
     /* a decode step (a few blocks): a warp per head; a prefill: 256 threads a token (measured
      * faster there, 2026-11-22) */
@@ -381,14 +394,20 @@ extern "C" int qk_norm_rope_store_cuda(float *d_qkv, int64_t ld, const int32_t *
     if (threads > 1024) threads = 1024;
     /* the rotation table needs a thread for each of its HD entries */
     const int HD = (hd == 64 || hd == 128) && threads >= hd ? hd : 0;
-    DISPATCH_KV_DTYPE(kvdt, C, {
-        auto kern = HD == 128  ? qk_norm_rope_store_kernel<C, 128>
-                    : HD == 64 ? qk_norm_rope_store_kernel<C, 64>
-                               : qk_norm_rope_store_kernel<C, 0>;
+    auto launch = [&](auto cz, auto qz) {
+        typedef decltype(cz) C;
+        typedef decltype(qz) Q;
+        auto kern = HD == 128  ? qk_norm_rope_store_kernel<C, 128, Q>
+                    : HD == 64 ? qk_norm_rope_store_kernel<C, 64, Q>
+                               : qk_norm_rope_store_kernel<C, 0, Q>;
         pdl_launch(kern, T, threads, 0, stream, d_qkv, ld, d_positions, d_inv_freq, d_q_norm,
                    d_k_norm, n_heads, n_kv_heads, hd, eps, (C *)d_k_cache, (C *)d_v_cache,
-                   d_slot_mapping, k_scale, v_scale);
-    });
+                   d_slot_mapping, k_scale, v_scale, (Q *)d_q16, ldq16);
+    };
+    if (q16dt == DTYPE_F16 && d_q16)
+        DISPATCH_KV_DTYPE(kvdt, C, launch(C(), __half()));
+    else /* bf16, or no q16 (the pointer NULL) */
+        DISPATCH_KV_DTYPE(kvdt, C, launch(C(), __nv_bfloat16()));
     CUDA_LAUNCH_TRY();
     return 0;
 }

@@ -72,12 +72,16 @@ int residual_rmsnorm_cuda(float *d_x, const float *d_add, const float *d_w, void
 
 /* qk_norm_rope_cuda then store_kvcache_cuda (k at column n_heads*hd, v after it, of the same
  * rows) in one launch; the qkv rows hold the normed, rotated q and k afterwards, as with the two.
- * CPU: qk_rope_store_job. */
+ * With d_q16 (a prefill whose attention rounds q to 16 bits: AttentionParams.q16), the q heads go
+ * there instead, rounded to q16dt (bf16 or f16; token t's at d_q16 + t * ldq16 elements, 16-byte
+ * aligned rows), and the qkv rows are left as they were (k goes to the cache only): half q's bytes
+ * written, and none of k's. CPU: qk_rope_store_job. */
 int qk_norm_rope_store_cuda(float *d_qkv, int64_t ld, const int32_t *d_positions,
                             const float *d_inv_freq, const float *d_q_norm, const float *d_k_norm,
                             int T, int n_heads, int n_kv_heads, int hd, float eps, void *d_k_cache,
                             void *d_v_cache, DType kvdt, float k_scale, float v_scale,
-                            const int64_t *d_slot_mapping, cudaStream_t stream);
+                            const int64_t *d_slot_mapping, void *d_q16, DType q16dt,
+                            int64_t ldq16, cudaStream_t stream);
 
 /* y[t, n] += bias[n], y: [T, ld] (first N columns).   CPU: the bias of matmul_rows_scalar. */
 int add_bias_cuda(float *d_y, int64_t ld, const float *d_bias, int T, int N, cudaStream_t stream);
@@ -140,6 +144,12 @@ int convert_to_f32_cuda(float *d_dst, const void *d_src, DType dt, int64_t n, cu
 typedef struct {
     const float *q; /* [T, ldq] f32: token t's heads at q + t*ldq, n_heads x hd */
     int64_t ldq;
+    /* prefill, optional: q already rounded to the products' type (the cache's dtype; an fp8
+     * cache's: adt) as the tensor-core kernels round it, [T, ldq16] (16-byte aligned rows;
+     * qk_norm_rope_store_cuda's d_q16); q is then not read. Only where
+     * attention_prefill_uses_tc(p) (else attention_prefill_cuda refuses it). */
+    const void *q16;
+    int64_t ldq16;
     void *out; /* [T, n_heads * hd] of adt */
     DType adt;
     const void *k_cache, *v_cache; /* this layer's [num_blocks * block_size, n_kv_heads * hd] */
@@ -218,11 +228,13 @@ void attention_decode_fold(int32_t *order, int S, int32_t *scratch);
  * online softmax. CPU: attention_cpu. */
 int attention_prefill_cuda(const AttentionParams *p, cudaStream_t stream);
 /* Whether attention_prefill_cuda takes the tensor-core kernel for p (a bf16 / f16 cache, or an
- * fp8 cache with a bf16 / f16 adt; head_dim 64 or 128, 16-byte aligned q rows,
+ * fp8 cache with a bf16 / f16 adt; head_dim 64 or 128, 16-byte aligned q (or q16) rows,
  * CVLLM_CUDA_ATTN_SIMT unset): q and the softmax weights are then rounded to the cache's dtype
  * (fp8: adt's; the dequantized keys and values too, exact with scales 1.0) (flash-attention's
  * arithmetic), within about 1e-2 (bf16) or 2e-3 (f16) of the f32 twin instead of f32 rounding. */
 int attention_prefill_uses_tc(const AttentionParams *p);
+/* The 16-bit type those kernels compute in (q16's type): the cache's dtype, an fp8 cache's adt. */
+DType attention_prefill_tc_dtype(const AttentionParams *p);
 
 /* ---------------------------------------------------------------- matrix products (gemm.c) */
 
