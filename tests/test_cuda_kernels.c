@@ -364,7 +364,8 @@ static void test_qk_norm_rope(void **state) {
                     for (int t = 0; t < T; t++)
                         for (int i = 0; i < nh * hd; i++) {
                             const float x = got2[t * ld + i];
-                            const uint16_t want = qdt == DTYPE_BF16 ? f32_to_bf16(x) : f32_to_f16(x);
+                            const uint16_t want =
+                                qdt == DTYPE_BF16 ? f32_to_bf16(x) : f32_to_f16(x);
                             if (q16[t * ld16 + i] != want)
                                 fail_msg("qk_norm_rope_store q16 (hd %d): token %d, %d: %04x, "
                                          "expected %04x",
@@ -2021,8 +2022,9 @@ static void test_sampler_ranges(void **state) {
  * one-block kernel on the same rows: the same token for every row, and log-prob 0. The staged
  * kernel (the default where a row is 16-byte aligned: V a multiple of 4 in f32, of 8 in bf16; as
  * many rows as one wave holds, 24 of them on 96 SMs or more) and the in-place one
- * (CVLLM_CUDA_SAMPLER=cluster, or rows not aligned; up to 16 rows). Rows put the kept tokens at the edges of the blocks' slices and of their warp ranges
- * (16 and 32 warps), keep only the first or the last id, tie the best logit across slices
+ * (CVLLM_CUDA_SAMPLER=cluster, or rows not aligned; up to 16 rows). Rows put the kept tokens at
+ * the edges of the blocks' slices and of their warp ranges (16 and 32 warps), keep only the
+ * first or the last id, tie the best logit across slices
  * (greedy: the lowest id), mix in NaN and -inf, or are all NaN; vocabularies smaller than the
  * cluster's 8 slices of 8 ids, and Qwen3's. Every row's draw is repeated with 8 seeds, 24 rows in
  * two of them. */

@@ -46,6 +46,11 @@ template <typename L> __device__ __forceinline__ float widen(L v) {
     if constexpr (sizeof(L) == 2) return __uint_as_float((uint32_t)v << 16);
     else return v;
 }
+/* four bf16 values (two 32-bit words, lower ids in the low halves) as f32 */
+__device__ __forceinline__ float4 widen4(uint2 u) {
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                       __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+}
 template <typename L> struct Logits {
     const L *p;
     __device__ __forceinline__ float operator[](int64_t i) const {
@@ -54,9 +59,7 @@ template <typename L> struct Logits {
     /* ids i .. i + 3 (i a multiple of 4, the row aligned: aligned()) */
     __device__ __forceinline__ float4 load4(int64_t i) const {
         if constexpr (sizeof(L) == 2) {
-            const uint2 u = __ldg(reinterpret_cast<const uint2 *>(p + i));
-            return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
-                               __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+            return widen4(__ldg(reinterpret_cast<const uint2 *>(p + i)));
         } else {
             return __ldg(reinterpret_cast<const float4 *>(p + i));
         }
@@ -77,9 +80,7 @@ template <typename L> struct Staged {
     }
     __device__ __forceinline__ float4 load4(int64_t i) const {
         if constexpr (sizeof(L) == 2) {
-            const uint2 u = *reinterpret_cast<const uint2 *>(s + (i - lo));
-            return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
-                               __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+            return widen4(*reinterpret_cast<const uint2 *>(s + (i - lo)));
         } else {
             return *reinterpret_cast<const float4 *>(s + (i - lo));
         }
@@ -648,12 +649,12 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
  * integers in the same id order as sampler_kernel's, so every row gets sampler_kernel's token,
  * bit for bit (test_sampler_cluster).
  *
- * Two kernels: the staged one (the default wherever a row is 16-byte aligned) first copies its
- * slice into shared memory with every copy in flight at once (cp.async), and its passes read it
- * there: the row leaves device memory once, at the copy engine's pace, where one block a row reads
- * it twice with a float4 a lane in flight (~2.6 TB/s a pass at 256 rows; ~74 us a row alone,
- * Nsight Compute, batch-1 decode on an H200, 2026-11-23). The other reads the row in place and
- * takes at most SAMPLER_CLUSTER_MAX_ROWS rows (rows that are not aligned). */
+ * Two kernels: the staged one (where a row is 16-byte aligned, up to a wave of rows:
+ * sampler_choice) first copies its slice into shared memory with every copy in flight at once
+ * (cp.async), and its passes read it there: the row leaves device memory once, where one block a
+ * row reads it twice with a float4 a lane in flight (~74 us a row alone, Nsight Compute,
+ * batch-1 decode on an H200, 2026-11-23). The other reads the row in place and takes at most
+ * SAMPLER_CLUSTER_MAX_ROWS rows (rows that are not aligned). */
 #define SAMPLER_CLUSTER 8
 #define SAMPLER_CLUSTER_MAX_ROWS 16
 #define SAMPLER_STAGED_THREADS 512 /* two blocks an SM: 64 registers a thread */
@@ -698,9 +699,11 @@ __device__ void cluster_sample(const X &x, int lo, int hi, const CudaSamplingRow
         const int lane = threadIdx.x & 31;
         ArgMax g = {-INFINITY, -1};
         if (lane < nc)
-            g = ArgMax{*cluster.map_shared_rank(&sh_v, lane), *cluster.map_shared_rank(&sh_i, lane)};
+            g = ArgMax{*cluster.map_shared_rank(&sh_v, lane),
+                       *cluster.map_shared_rank(&sh_i, lane)};
         for (int o = 16; o > 0; o >>= 1) {
-            const ArgMax b = {__shfl_xor_sync(FULL_MASK, g.v, o), __shfl_xor_sync(FULL_MASK, g.i, o)};
+            const ArgMax b = {__shfl_xor_sync(FULL_MASK, g.v, o),
+                              __shfl_xor_sync(FULL_MASK, g.i, o)};
             if (am_better(b, g)) g = b;
         }
         cluster.sync(); /* every block has read the others' argmax */
