@@ -822,6 +822,8 @@ static void test_gemm(void **state) {
                                        g_stream), 0);
         assert_int_not_equal( /* K not a multiple of 64 */
             own[path](ws, DTYPE_F32, 0, 64, ws, ws, DTYPE_BF16, 16, 64, 96, g_stream), 0);
+        assert_int_not_equal( /* rows of y closer than N */
+            own[path](ws, DTYPE_F32, 0, 32, ws, ws, DTYPE_BF16, 16, 64, 64, g_stream), 0);
     }
     gemm_destroy(g);
     cudaFree(ws);

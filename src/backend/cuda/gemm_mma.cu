@@ -269,11 +269,9 @@ static cudaError_t mma_dispatch(Y *y, int64_t ldy, const void *x, const void *w,
 extern "C" int gemm_mma_cuda(void *d_y, DType ydt, int accumulate, int64_t ldy, const void *d_x,
                              const void *d_w, DType adt, int T, int N, int K, cudaStream_t stream) {
     if (T <= 0 || N <= 0) return 0;
-    if (!gemm_mma_supported(adt, T, K, d_x, d_w) || (ydt != DTYPE_F32 && ydt != adt) ||
-        (accumulate && ydt != DTYPE_F32))
-        return cvllm_errorf(CVLLM_EINVAL,
-                            "cuda gemm_mma: dtype %d, T %d, K %d, output %d%s not supported",
-                            (int)adt, T, K, (int)ydt, accumulate ? " accumulated" : "");
+    const int rc = own_gemm_args("gemm_mma", gemm_mma_supported(adt, T, K, d_x, d_w), ydt, adt,
+                                 accumulate, ldy, T, N, K);
+    if (rc) return rc;
     const bool acc = accumulate != 0;
     cudaError_t e;
     if (adt == DTYPE_BF16)

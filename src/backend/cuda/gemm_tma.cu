@@ -222,11 +222,9 @@ static int tma_dispatch(void *d_y, DType ydt, int64_t ldy, const void *d_x, cons
 extern "C" int gemm_tma_cuda(void *d_y, DType ydt, int accumulate, int64_t ldy, const void *d_x,
                              const void *d_w, DType adt, int T, int N, int K, cudaStream_t stream) {
     if (T <= 0 || N <= 0) return 0;
-    if (!gemm_tma_supported(adt, T, K, d_x, d_w) || (ydt != DTYPE_F32 && ydt != adt) ||
-        (accumulate && ydt != DTYPE_F32))
-        return cvllm_errorf(CVLLM_EINVAL,
-                            "cuda gemm_tma: dtype %d, T %d, K %d, output %d%s not supported",
-                            (int)adt, T, K, (int)ydt, accumulate ? " accumulated" : "");
+    const int rc = own_gemm_args("gemm_tma", gemm_tma_supported(adt, T, K, d_x, d_w), ydt, adt,
+                                 accumulate, ldy, T, N, K);
+    if (rc) return rc;
     const bool acc = accumulate != 0;
     if (T <= 64) return tma_dispatch<64>(d_y, ydt, ldy, d_x, d_w, adt, T, N, K, acc, stream);
     return tma_dispatch<128>(d_y, ydt, ldy, d_x, d_w, adt, T, N, K, acc, stream);

@@ -106,7 +106,22 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t r[4]) {
                  : "memory");
 }
 
-/* Host side of the split-K products (gemm_mma.cu, gemm_tma.cu). A measuring switch's forced
+/* Host side of the split-K products (gemm_mma.cu, gemm_tma.cu): their arguments (supported: the
+ * caller's *_supported(adt, T, K, x, w); y of ydt, f32 or adt, f32 to accumulate into; rows of y
+ * ldy elements apart, at least N), 0 or the error named for who. */
+static inline int own_gemm_args(const char *who, int supported, DType ydt, DType adt,
+                                int accumulate, int64_t ldy, int T, int N, int K) {
+    if (supported && (ydt == DTYPE_F32 || ydt == adt) && !(accumulate && ydt != DTYPE_F32) &&
+        ldy >= N)
+        return 0;
+    return cvllm_errorf(CVLLM_EINVAL,
+                        "cuda %s: dtype %d, T %d, N %d, K %d, output %d (rows %lld apart)%s not "
+                        "supported",
+                        who, (int)adt, T, N, K, (int)ydt, (long long)ldy,
+                        accumulate ? " accumulated" : "");
+}
+
+/* A measuring switch's forced
  * split (CVLLM_CUDA_MMA_SPLIT, CVLLM_CUDA_TMA_SPLIT): N in 1..maxs, else 0 (unset or out of
  * range: split_k_count's own choice). */
 static inline int split_k_env(const char *name, int maxs) {

@@ -1,7 +1,8 @@
 /* tma.cu: the tensor maps of the copy engine's 2-D tiles (tma.cuh), encoded by the driver's
  * cuTensorMapEncodeTiled, found through the runtime (no link to the driver library), and kept in
- * one table for the process (engines on several threads may launch at once). */
+ * one hash table for the process (engines on several threads may launch at once: a mutex). */
 #include <pthread.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/tma.cuh"
@@ -12,25 +13,39 @@ typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t
                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
 /* a decode step's maps: 2 x layers K / V caches, 4 x layers weights, a few activations a batch
- * size; past this many, the oldest entries are encoded again when next asked for */
+ * size. The table is open-addressed by a hash of the key (TMA_SLOTS slots, at most TMA_MAPS
+ * entries in it); once full it is emptied, and every map is encoded again when next asked for
+ * (callers keep copies, never pointers into it). */
 #define TMA_MAPS 1024
-#define TMA_ROWB 128 /* bytes of a box row: the 128-byte swizzle's span */
+#define TMA_SLOTS 2048 /* a power of two, twice TMA_MAPS: probes stay short */
+#define TMA_ROWB 128   /* bytes of a box row: the 128-byte swizzle's span */
+
+typedef struct {
+    const void *base; /* NULL: an empty slot */
+    int64_t rows, cols;
+    DType dt;
+    int box_rows;
+    CUtensorMap map;
+} MapEntry;
+
+static uint64_t map_hash(const void *base, int64_t rows, int64_t cols, DType dt, int box_rows) {
+    uint64_t h = (uint64_t)(uintptr_t)base;
+    const uint64_t parts[4] = {(uint64_t)rows, (uint64_t)cols, (uint64_t)dt, (uint64_t)box_rows};
+    for (int i = 0; i < 4; i++)
+        h = (h ^ parts[i]) * 0x100000001b3ull + (h >> 29);
+    return h ^ (h >> 32);
+}
 
 static int map_locked(CUtensorMap *out, const void *base, int64_t rows, int64_t cols, DType dt,
                       int box_rows) {
-    static struct {
-        const void *base;
-        int64_t rows, cols;
-        DType dt;
-        int box_rows;
-        CUtensorMap map;
-    } cache[TMA_MAPS];
-    static int n = 0, next = 0;
+    static MapEntry table[TMA_SLOTS];
+    static int n = 0;
     static EncodeTiledFn encode = NULL;
-    for (int i = 0; i < n; i++)
-        if (cache[i].base == base && cache[i].rows == rows && cache[i].cols == cols &&
-            cache[i].dt == dt && cache[i].box_rows == box_rows) {
-            *out = cache[i].map;
+    uint32_t i = (uint32_t)map_hash(base, rows, cols, dt, box_rows) & (TMA_SLOTS - 1);
+    for (; table[i].base; i = (i + 1) & (TMA_SLOTS - 1))
+        if (table[i].base == base && table[i].rows == rows && table[i].cols == cols &&
+            table[i].dt == dt && table[i].box_rows == box_rows) {
+            *out = table[i].map;
             return 0;
         }
     if (!encode) {
@@ -62,10 +77,13 @@ static int map_locked(CUtensorMap *out, const void *base, int64_t rows, int64_t 
                             "cuda backend: cuTensorMapEncodeTiled failed (%d) for a tensor of "
                             "%lld x %lld",
                             (int)r, (long long)rows, (long long)cols);
-    const int i = n < TMA_MAPS ? n++ : next++ % TMA_MAPS;
-    cache[i].base = base, cache[i].rows = rows, cache[i].cols = cols, cache[i].dt = dt;
-    cache[i].box_rows = box_rows;
-    cache[i].map = m;
+    if (n == TMA_MAPS) { /* full: start again (the slot i found above is no longer meaningful) */
+        memset(table, 0, sizeof table);
+        n = 0;
+        i = (uint32_t)map_hash(base, rows, cols, dt, box_rows) & (TMA_SLOTS - 1);
+    }
+    n++;
+    table[i] = (MapEntry){base, rows, cols, dt, box_rows, m};
     *out = m;
     return 0;
 }
