@@ -66,12 +66,18 @@ typedef struct TpGroup TpGroup; /* built without NCCL: no tensor parallelism */
  * stream runs the ops back to back, so the segments add up to the step's GPU time (gaps where the
  * GPU waited for a launch included in the next op). Host: the forward's wall time less its GPU
  * time (staging, launches not hidden, the synchronization), and the time between forwards (the
- * engine's scheduling and bookkeeping; the GPU idles then). A graph replay is one segment. */
+ * engine's scheduling and bookkeeping; the GPU idles then). A graph replay is one segment. The
+ * decode steps' GPU time is also binned by the step's sequences (1, 2, 3-4, .., 129-192, 193-256,
+ * more), so that a workload's share at each batch size shows. */
 enum { PC_INPUTS, PC_GEMM, PC_ATTN, PC_OTHER, PC_LMHEAD, PC_GRAPH, PC_SAMPLER, PC_COMM, PC_N };
 static const char *const PC_NAMES[PC_N] = {"inputs",       "matmul",   "attention",
                                            "other kernels", "lm_head",  "graph replay",
                                            "sampling",      "all-reduce/gather"};
 #define PROF_MAX_EVENTS 1024
+#define PROF_BINS 10
+static int prof_bin_top(int i) { /* 1, 2, 4, .., 128, 192, 256, more */
+    return i < 8 ? 1 << i : i == 8 ? 192 : i == 9 ? 256 : 1 << 30;
+}
 typedef struct {
     int on, active, n;
     cudaEvent_t ev[PROF_MAX_EVENTS];
@@ -79,6 +85,9 @@ typedef struct {
     double gpu_ms[2][PC_N];
     double wall_s[2], between_s, t_enter, last_return;
     long long steps[2], tokens[2];
+    /* decode steps by their sequences: PROF_BINS bins, bin i up to prof_bin_top(i) */
+    long long bin_steps[PROF_BINS];
+    double bin_ms[PROF_BINS];
 } CudaProf;
 
 typedef struct {
@@ -221,10 +230,18 @@ static void prof_begin(CudaBackend *c) {
 static void prof_end(CudaBackend *c, int phase, int tokens) {
     CudaProf *p = &c->prof;
     if (!p->active) return;
+    double step_ms = 0;
     for (int i = 0; i + 1 < p->n; i++) {
         float ms = 0;
         if (cudaEventElapsedTime(&ms, p->ev[i], p->ev[i + 1]) == cudaSuccess)
-            p->gpu_ms[phase][p->cls[i]] += ms;
+            p->gpu_ms[phase][p->cls[i]] += ms, step_ms += ms;
+    }
+    if (phase == 1) {
+        int b = 0;
+        while (b + 1 < PROF_BINS && tokens > prof_bin_top(b))
+            b++;
+        p->bin_steps[b]++;
+        p->bin_ms[b] += step_ms;
     }
     p->active = 0;
     p->last_return = now_seconds();
@@ -253,6 +270,13 @@ static void prof_report(CudaBackend *c) {
                         PC_NAMES[k], p->gpu_ms[ph][k],
                         gpu > 0 ? 100.0 * p->gpu_ms[ph][k] / gpu : 0.0);
     }
+    for (int b = 0, lo = 1; b < PROF_BINS; lo = prof_bin_top(b) + 1, b++)
+        if (p->bin_steps[b])
+            fprintf(stderr,
+                    "cvllm: cuda profile: decode steps of %d-%d sequences: %5lld steps, GPU %8.1f "
+                    "ms (%.3f ms a step)\n",
+                    lo, prof_bin_top(b), p->bin_steps[b], p->bin_ms[b],
+                    p->bin_ms[b] / p->bin_steps[b]);
     fprintf(stderr,
             "cvllm: cuda profile: between forwards (the engine on the host, GPU idle): %.1f ms\n",
             p->between_s * 1e3);
