@@ -32,6 +32,7 @@
  * their logits are not sampled). Sampling runs after the replay, outside the graph, because its
  * parameters and histories change every step. --enforce-eager: no graphs. */
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
@@ -74,9 +75,9 @@ static const char *const PC_NAMES[PC_N] = {"inputs",       "matmul",   "attentio
                                            "other kernels", "lm_head",  "graph replay",
                                            "sampling",      "all-reduce/gather"};
 #define PROF_MAX_EVENTS 1024
-#define PROF_BINS 10
+#define PROF_BINS 11
 static int prof_bin_top(int i) { /* 1, 2, 4, .., 128, 192, 256, more */
-    return i < 8 ? 1 << i : i == 8 ? 192 : i == 9 ? 256 : 1 << 30;
+    return i < 8 ? 1 << i : i == 8 ? 192 : i == 9 ? 256 : INT_MAX;
 }
 typedef struct {
     int on, active, n;
@@ -270,13 +271,19 @@ static void prof_report(CudaBackend *c) {
                         PC_NAMES[k], p->gpu_ms[ph][k],
                         gpu > 0 ? 100.0 * p->gpu_ms[ph][k] / gpu : 0.0);
     }
-    for (int b = 0, lo = 1; b < PROF_BINS; lo = prof_bin_top(b) + 1, b++)
-        if (p->bin_steps[b])
-            fprintf(stderr,
-                    "cvllm: cuda profile: decode steps of %d-%d sequences: %5lld steps, GPU %8.1f "
-                    "ms (%.3f ms a step)\n",
-                    lo, prof_bin_top(b), p->bin_steps[b], p->bin_ms[b],
-                    p->bin_ms[b] / p->bin_steps[b]);
+    for (int b = 0; b < PROF_BINS; b++) {
+        if (!p->bin_steps[b]) continue;
+        const int lo = b ? prof_bin_top(b - 1) + 1 : 1;
+        char range[32];
+        if (b + 1 < PROF_BINS)
+            snprintf(range, sizeof range, "%d-%d", lo, prof_bin_top(b));
+        else
+            snprintf(range, sizeof range, "%d or more", lo);
+        fprintf(stderr,
+                "cvllm: cuda profile: decode steps of %s sequences: %5lld steps, GPU %8.1f ms "
+                "(%.3f ms a step)\n",
+                range, p->bin_steps[b], p->bin_ms[b], p->bin_ms[b] / p->bin_steps[b]);
+    }
     fprintf(stderr,
             "cvllm: cuda profile: between forwards (the engine on the host, GPU idle): %.1f ms\n",
             p->between_s * 1e3);
