@@ -21,8 +21,9 @@
  *    budget too small for one KV block fails at create with a message;
  *  - an fp8 KV cache (--kv-cache-dtype fp8) on the golden prompts: greedy agreement with a bf16
  *    cache printed (tokens before the first parting, prompts identical; not required: e4m3 keeps
- *    3 mantissa bits), and the CUDA fp8 engine against the CPU's fp8 engine (the twin, reading
- *    the same quantized cache): first logits within 2 * GPU_RTOL_HALF, partings printed. */
+ *    3 mantissa bits), and the CUDA fp8 engine against the CPU's fp8 engine (the twin: the same
+ *    quantization of the same keys and values, up to the GPU's roundings): first logits within
+ *    FP8_RTOL, partings printed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -43,6 +44,14 @@
 
 #define GPU_RTOL_HALF 3e-2
 #define GPU_RTOL_F32 1e-4
+/* The CUDA fp8 engine's first logits against the CPU fp8 engine's, of the largest |logit|. A bf16
+ * / f16 model's k and v reach the cache rounded to its dtype first on the GPU (the qkv product's
+ * output, as transformers' and vLLM's bf16 runs round it; CVLLM_CUDA_FUSE's "qkv16"), from f32 on
+ * the CPU: some of the K/V codes then land one e4m3 step apart, so the two differ
+ * by about the cache's own quantization noise (the fp8 against the bf16 cache: 4e-2 to 2e-1 on
+ * these fixtures). 2 * GPU_RTOL_HALF until round 32 (f32 q/k/v on the GPU); the greedy ids must
+ * still part only at near ties (check_same). */
+#define FP8_RTOL (3 * GPU_RTOL_HALF)
 #define MAX_STEPS 64
 
 typedef struct {
@@ -477,8 +486,8 @@ static void check_fp8(const char *model, const char *reference) {
         if (k >= 0)
             printf(" at token %d (bf16-cache margin there %.2e)\n", k,
                    k < MAX_STEPS ? b16.margin[i][k] : 0);
-        if (!(e_cpu <= 2 * GPU_RTOL_HALF)) {
-            printf("    FAIL: fp8 logits beyond %.0e of the CPU fp8 engine's\n", 2 * GPU_RTOL_HALF);
+        if (!(e_cpu <= FP8_RTOL)) {
+            printf("    FAIL: fp8 logits beyond %.0e of the CPU fp8 engine's\n", FP8_RTOL);
             bad++;
         }
     }

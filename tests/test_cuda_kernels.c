@@ -311,9 +311,9 @@ static void test_qk_norm_rope(void **state) {
                 int64_t *dslot = dev_upload(slot, sizeof slot);
                 const size_t cb = (size_t)nslots * kvd * dtype_size(kdt);
                 void *kc = dev_poisoned(cb), *vc = dev_poisoned(cb);
-                OK(qk_norm_rope_store_cuda(d2, ld, dpos, dinv, norm ? dqn : NULL, norm ? dkn : NULL,
-                                           T, nh, nkv, hd, 1e-6f, kc, vc, kdt, ks, vs, dslot, NULL,
-                                           DTYPE_BF16, 0, g_stream));
+                OK(qk_norm_rope_store_cuda(d2, ld, NULL, DTYPE_F32, dpos, dinv, norm ? dqn : NULL,
+                                           norm ? dkn : NULL, T, nh, nkv, hd, 1e-6f, kc, vc, kdt,
+                                           ks, vs, dslot, NULL, DTYPE_BF16, 0, g_stream));
                 float *got2 = xmalloc(n * sizeof(float));
                 dev_download(got2, d2, n * sizeof(float));
                 compare("qk_norm_rope_store rows", got2, ref, n, 1e-4);
@@ -356,9 +356,10 @@ static void test_qk_norm_rope(void **state) {
                     float *d3 = dev_upload(qkv, n * sizeof(float));
                     void *kc3 = dev_poisoned(cb), *vc3 = dev_poisoned(cb);
                     void *dq16 = dev_poisoned((size_t)T * ld16 * 2);
-                    OK(qk_norm_rope_store_cuda(d3, ld, dpos, dinv, norm ? dqn : NULL,
-                                               norm ? dkn : NULL, T, nh, nkv, hd, 1e-6f, kc3, vc3,
-                                               kdt, ks, vs, dslot, dq16, qdt, ld16, g_stream));
+                    OK(qk_norm_rope_store_cuda(d3, ld, NULL, DTYPE_F32, dpos, dinv,
+                                               norm ? dqn : NULL, norm ? dkn : NULL, T, nh, nkv, hd,
+                                               1e-6f, kc3, vc3, kdt, ks, vs, dslot, dq16, qdt, ld16,
+                                               g_stream));
                     uint16_t *q16 = xmalloc((size_t)T * ld16 * 2);
                     dev_download(q16, dq16, (size_t)T * ld16 * 2);
                     for (int t = 0; t < T; t++)
@@ -390,6 +391,58 @@ static void test_qk_norm_rope(void **state) {
                         }
                     cudaFree(d3), cudaFree(kc3), cudaFree(vc3), cudaFree(dq16);
                     free(q16), free(rows), free(kh3), free(vh3);
+                }
+                /* the qkv product's rows in a 16-bit type (fusion "qkv16"): the same bytes as
+                 * from f32 rows of the same values (the normed q and k, the cache, q16) */
+                for (int wq = 0; wq < 2; wq++) { /* 0: q, k to f32 rows; 1: q to q16 */
+                    const DType sdt = norm ? DTYPE_F16 : DTYPE_BF16;
+                    const int64_t ld16 = ((int64_t)nh * hd + 7) / 8 * 8 + 8, qb = T * ld16 * 2;
+                    float *r16 = xmalloc(n * sizeof(float));
+                    for (int64_t i = 0; i < n; i++)
+                        r16[i] = round_to(sdt, qkv[i]);
+                    void *h16 = pack(sdt, r16, n);
+                    float *da = dev_upload(r16, n * sizeof(float)),
+                          *db = dev_poisoned(n * sizeof(float));
+                    void *ds = dev_upload(h16, n * 2), *kca = dev_poisoned(cb),
+                         *vca = dev_poisoned(cb), *kcb = dev_poisoned(cb), *vcb = dev_poisoned(cb),
+                         *qa = wq ? dev_poisoned(qb) : NULL, *qbb = wq ? dev_poisoned(qb) : NULL;
+                    OK(qk_norm_rope_store_cuda(da, ld, NULL, DTYPE_F32, dpos, dinv,
+                                               norm ? dqn : NULL, norm ? dkn : NULL, T, nh, nkv, hd,
+                                               1e-6f, kca, vca, kdt, ks, vs, dslot, qa, sdt, ld16,
+                                               g_stream));
+                    OK(qk_norm_rope_store_cuda(wq ? NULL : db, ld, ds, sdt, dpos, dinv,
+                                               norm ? dqn : NULL, norm ? dkn : NULL, T, nh, nkv, hd,
+                                               1e-6f, kcb, vcb, kdt, ks, vs, dslot, qbb, sdt, ld16,
+                                               g_stream));
+                    char *ha = xmalloc(cb > (size_t)qb ? cb : (size_t)qb),
+                         *hb = xmalloc(cb > (size_t)qb ? cb : (size_t)qb);
+                    const void *pairs[3][2] = {{kca, kcb}, {vca, vcb}, {qa, qbb}};
+                    for (int k = 0; k < (wq ? 3 : 2); k++) {
+                        const size_t bytes = k < 2 ? cb : (size_t)qb;
+                        dev_download(ha, pairs[k][0], bytes);
+                        dev_download(hb, pairs[k][1], bytes);
+                        if (memcmp(ha, hb, bytes))
+                            fail_msg("qk_norm_rope_store %s rows (hd %d, q16 %d): the %s differ",
+                                     dtype_name(sdt), hd, wq,
+                                     k == 0   ? "k caches"
+                                     : k == 1 ? "v caches"
+                                              : "q16 rows");
+                    }
+                    if (!wq) { /* the normed q and k columns of every row */
+                        float *ra = xmalloc(n * sizeof(float)), *rb = xmalloc(n * sizeof(float));
+                        dev_download(ra, da, n * sizeof(float));
+                        dev_download(rb, db, n * sizeof(float));
+                        for (int t = 0; t < T; t++)
+                            if (memcmp(ra + t * ld, rb + t * ld,
+                                       (size_t)(nh + nkv) * hd * sizeof(float)))
+                                fail_msg("qk_norm_rope_store %s rows (hd %d): token %d's normed "
+                                         "q / k differ",
+                                         dtype_name(sdt), hd, t);
+                        free(ra), free(rb);
+                    }
+                    cudaFree(da), cudaFree(db), cudaFree(ds), cudaFree(kca), cudaFree(vca);
+                    cudaFree(kcb), cudaFree(vcb), cudaFree(qa), cudaFree(qbb);
+                    free(r16), free(h16), free(ha), free(hb);
                 }
                 cudaFree(d2), cudaFree(dslot), cudaFree(kc), cudaFree(vc);
                 free(got2), free(kh), free(vh), free(kf), free(vf), free(gk), free(wk);
@@ -1473,9 +1526,14 @@ static void test_attention_decode_fused(void **state) {
             kf[i] = frand(), vf[i] = frand();
         void *kh = pack(kdt, kf, cache_n), *vh = pack(kdt, vf, cache_n);
         const int64_t ld = (int64_t)(nh + 2 * nkv) * hd + 8; /* a padded row */
+        /* a third of the cases also fused from the rows in a 16-bit type (fusion "qkv16"; q
+         * unread), their values representable in it */
+        const DType sdt = ci % 3 == 1 ? (ci % 2 ? DTYPE_F16 : DTYPE_BF16) : DTYPE_F32;
+        const int ways = sdt == DTYPE_F32 ? 2 : 3;
         float *qkv = xmalloc((size_t)S * ld * 4);
         for (int64_t i = 0; i < S * ld; i++)
-            qkv[i] = 2 * frand();
+            qkv[i] = round_to(sdt, 2 * frand());
+        void *qkv16 = sdt == DTYPE_F32 ? NULL : pack(sdt, qkv, S * ld);
         float qn[256], kn[256], inv[128];
         for (int i = 0; i < hd; i++)
             qn[i] = 1 + 0.3f * frand(), kn[i] = 1 + 0.3f * frand();
@@ -1506,22 +1564,26 @@ static void test_attention_decode_fused(void **state) {
                              .max_seqlen_k = 1000};
         const int np = parts ? parts : attention_decode_num_parts(&p, 132);
         const size_t ob = (size_t)S * nh * hd * dtype_size(adt);
-        void *out[2], *kc[2], *vc[2], *ho[2], *hk[2], *hv[2];
-        for (int way = 0; way < 2; way++) { /* 0: the two launches, 1: the fused kernel */
-            float *dq = dev_upload(qkv, (size_t)S * ld * 4);
+        void *out[3], *kc[3], *vc[3], *ho[3], *hk[3], *hv[3];
+        /* 0: the two launches, 1: the fused kernel, 2: fused from the 16-bit rows */
+        for (int way = 0; way < ways; way++) {
+            float *dq =
+                way == 2 ? dev_poisoned((size_t)S * ld * 4) : dev_upload(qkv, (size_t)S * ld * 4);
+            void *dq16 = way == 2 ? dev_upload(qkv16, (size_t)S * ld * 2) : NULL;
             kc[way] = dev_upload(kh, cb), vc[way] = dev_upload(vh, cb);
             out[way] = dev_poisoned(ob);
             void *ws = dev_poisoned(attention_decode_ws_bytes(S, nh, hd, np) + 4);
             AttentionParams pw = p;
             pw.q = dq, pw.out = out[way], pw.k_cache = kc[way], pw.v_cache = vc[way];
             if (way == 0) {
-                OK(qk_norm_rope_store_cuda(dq, ld, dpos, dinv, norm ? dqn : NULL,
+                OK(qk_norm_rope_store_cuda(dq, ld, NULL, DTYPE_F32, dpos, dinv, norm ? dqn : NULL,
                                            norm ? dkn : NULL, S, nh, nkv, hd, 1e-6f, kc[way],
                                            vc[way], kdt, ks, vs, dslot, NULL, DTYPE_BF16, 0,
                                            g_stream));
             } else {
                 pw.positions = dpos, pw.slots = dslot, pw.inv_freq = dinv;
                 pw.q_norm = norm ? dqn : NULL, pw.k_norm = norm ? dkn : NULL, pw.eps = 1e-6f;
+                if (way == 2) pw.qkv16 = dq16, pw.qkv16dt = sdt;
             }
             OK(attention_decode_cuda(&pw, np, ws, g_stream));
             CK(cudaStreamSynchronize(g_stream));
@@ -1530,24 +1592,29 @@ static void test_attention_decode_fused(void **state) {
             dev_download(ho[way], out[way], ob);
             dev_download(hk[way], kc[way], cb);
             dev_download(hv[way], vc[way], cb);
-            cudaFree(dq), cudaFree(ws), cudaFree(out[way]), cudaFree(kc[way]), cudaFree(vc[way]);
+            cudaFree(dq), cudaFree(dq16), cudaFree(ws), cudaFree(out[way]), cudaFree(kc[way]);
+            cudaFree(vc[way]);
         }
-        char what[160];
-        snprintf(what, sizeof what,
-                 "fused decode: heads %d/%d hd %d bs %d kv %s out %s norm %d parts %d", nh, nkv,
-                 hd, bs, dtype_name(kdt), dtype_name(adt), norm, np);
-        if (memcmp(hk[0], hk[1], cb) || memcmp(hv[0], hv[1], cb))
-            fail_msg("%s: the caches differ", what);
-        if (memcmp(hk[0], kh, cb) == 0) fail_msg("%s: no key was stored", what);
-        if (memcmp(ho[0], ho[1], ob)) {
-            float *a = xmalloc((size_t)S * nh * hd * 4), *b = xmalloc((size_t)S * nh * hd * 4);
-            unpack(adt, ho[1], a, (int64_t)S * nh * hd);
-            unpack(adt, ho[0], b, (int64_t)S * nh * hd);
-            compare(what, a, b, (int64_t)S * nh * hd, 0.0);
-            fail_msg("%s: the outputs differ (NaN bytes?)", what);
+        for (int way = 1; way < ways; way++) {
+            char what[200];
+            snprintf(what, sizeof what,
+                     "fused decode%s: heads %d/%d hd %d bs %d kv %s out %s norm %d parts %d",
+                     way == 2 ? " from 16-bit rows" : "", nh, nkv, hd, bs, dtype_name(kdt),
+                     dtype_name(adt), norm, np);
+            if (memcmp(hk[0], hk[way], cb) || memcmp(hv[0], hv[way], cb))
+                fail_msg("%s: the caches differ", what);
+            if (memcmp(hk[0], kh, cb) == 0) fail_msg("%s: no key was stored", what);
+            if (memcmp(ho[0], ho[way], ob)) {
+                float *a = xmalloc((size_t)S * nh * hd * 4), *b = xmalloc((size_t)S * nh * hd * 4);
+                unpack(adt, ho[way], a, (int64_t)S * nh * hd);
+                unpack(adt, ho[0], b, (int64_t)S * nh * hd);
+                compare(what, a, b, (int64_t)S * nh * hd, 0.0);
+                fail_msg("%s: the outputs differ (NaN bytes?)", what);
+            }
         }
-        for (int way = 0; way < 2; way++)
+        for (int way = 0; way < ways; way++)
             free(ho[way]), free(hk[way]), free(hv[way]);
+        free(qkv16);
         cudaFree(dinv), cudaFree(dqn), cudaFree(dkn), cudaFree(dpos), cudaFree(dcu),
             cudaFree(dctx), cudaFree(dtab), cudaFree(dslot);
         free(tables), free(kf), free(vf), free(kh), free(vh), free(qkv);

@@ -109,8 +109,8 @@ static __host__ __device__ __forceinline__ int dec_qh(int group) {
  * partition holds the sequence's last key, the token's own), the token's k head kvh normed,
  * rotated and stored with its v head at slots[t] (none if negative). A warp a head; not inlined,
  * so that the main loop's registers are allocated as without it. */
-template <typename C, int HD, int QH>
-__device__ __noinline__ void decode_qk_prologue(const float *row, float pos, int64_t slot,
+template <typename C, int HD, int QH, typename S>
+__device__ __noinline__ void decode_qk_prologue(const S *row, float pos, int64_t slot,
                                                 float (*sm_q)[HD], int nh, const float *q_norm,
                                                 const float *k_norm, const float *inv_freq,
                                                 float eps, int hd, int q_off, int k_off, int v_off,
@@ -119,12 +119,12 @@ __device__ __noinline__ void decode_qk_prologue(const float *row, float pos, int
     const int items = nh + (slot >= 0 ? 2 : 0);
     for (int it = warp; it < items; it += DEC_WARPS) {
         if (it < nh)
-            norm_rope_head<float>(row + q_off + it * hd, sm_q[it], NULL, q_norm, inv_freq, pos, hd,
-                                  eps, 1.0f);
+            norm_rope_head<float, S>(row + q_off + it * hd, sm_q[it], NULL, q_norm, inv_freq, pos,
+                                     hd, eps, 1.0f);
         else if (it == nh)
-            norm_rope_head<C>(row + k_off, NULL, kc, k_norm, inv_freq, pos, hd, eps, k_scale);
+            norm_rope_head<C, S>(row + k_off, NULL, kc, k_norm, inv_freq, pos, hd, eps, k_scale);
         else
-            store_head<C>(row + v_off, vc, hd, v_scale);
+            store_head<C, S>(row + v_off, vc, hd, v_scale);
     }
 }
 
@@ -227,11 +227,22 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
         if (fused) {
             const int64_t slot = j0 <= ctx - 1 && ctx - 1 < j1 ? p.slots[t] : -1;
             const int64_t at = slot < 0 ? 0 : slot * kv_stride + (int64_t)kvh * hd;
-            decode_qk_prologue<C, HD, QH>(p.q + (int64_t)t * p.ldq, (float)p.positions[t], slot,
-                                          sm_q, nh, p.q_norm, p.k_norm, p.inv_freq, p.eps, hd,
-                                          h0 * hd, (p.n_heads + kvh) * hd,
-                                          (p.n_heads + p.n_kv_heads + kvh) * hd,
-                                          (C *)p.k_cache + at, (C *)p.v_cache + at, ks, vs);
+            auto pro = [&](auto sz) {
+                typedef decltype(sz) S;
+                const S *row = (p.qkv16 ? (const S *)p.qkv16 : (const S *)(const void *)p.q) +
+                               (int64_t)t * p.ldq;
+                decode_qk_prologue<C, HD, QH, S>(row, (float)p.positions[t], slot, sm_q, nh,
+                                                 p.q_norm, p.k_norm, p.inv_freq, p.eps, hd, h0 * hd,
+                                                 (p.n_heads + kvh) * hd,
+                                                 (p.n_heads + p.n_kv_heads + kvh) * hd,
+                                                 (C *)p.k_cache + at, (C *)p.v_cache + at, ks, vs);
+            };
+            if (!p.qkv16)
+                pro(0.0f);
+            else if (p.qkv16dt == DTYPE_BF16)
+                pro(__nv_bfloat16());
+            else
+                pro(__half());
         }
         __syncthreads(); /* block-uniform; the stores are visible to the block */
     }
@@ -682,6 +693,10 @@ static int check_params(const AttentionParams *p) {
     if (p->positions && !(p->slots && p->inv_freq))
         return cvllm_errorf(CVLLM_EINVAL,
                             "cuda attention: the raw qkv rows need slots and inv_freq");
+    if (p->qkv16 && !(p->positions && (p->qkv16dt == DTYPE_BF16 || p->qkv16dt == DTYPE_F16)))
+        return cvllm_errorf(CVLLM_EINVAL,
+                            "cuda attention: 16-bit qkv rows (dtype %d) without positions",
+                            (int)p->qkv16dt);
     if (p->kvdt == DTYPE_FP8_E4M3 && !(p->k_scale > 0.0f && p->v_scale > 0.0f))
         return cvllm_errorf(CVLLM_EINVAL,
                             "cuda attention: fp8 KV cache scales k %g, v %g (must be > 0; 1.0 "
@@ -1508,23 +1523,23 @@ __device__ __forceinline__ void dtc_pre_store(const DtcPre &d, const DtcBlock &b
 }
 /* decode_qk_prologue's work from the tables: the nh query heads into sm_q and, where slot >= 0,
  * the key and value stored at slot (at kc / vc) and kept in r.row. A warp a head; not inlined. */
-template <typename KV, int HD>
-__device__ __noinline__ void dtc_qk_prologue(const float *row, int64_t slot, float (*sm_q)[HD],
-                                             int nh, bool qn, bool kn, DtcRope<KV, HD> *r,
-                                             float eps, int q_off, int k_off, int v_off, KV *kc,
-                                             KV *vc, float k_scale, float v_scale) {
+template <typename KV, int HD, typename S>
+__device__ __noinline__ void dtc_qk_prologue(const S *row, int64_t slot, float (*sm_q)[HD], int nh,
+                                             bool qn, bool kn, DtcRope<KV, HD> *r, float eps,
+                                             int q_off, int k_off, int v_off, KV *kc, KV *vc,
+                                             float k_scale, float v_scale) {
     const int warp = threadIdx.x >> 5;
     const int items = nh + (slot >= 0 ? 2 : 0);
     for (int it = warp; it < items; it += DEC_WARPS) {
         if (it < nh)
-            norm_rope_head_cs<float, HD>(row + q_off + it * HD, sm_q[it], NULL, NULL,
-                                         qn ? r->w[0] : NULL, r->cs, eps, 1.0f);
+            norm_rope_head_cs<float, HD, S>(row + q_off + it * HD, sm_q[it], NULL, NULL,
+                                            qn ? r->w[0] : NULL, r->cs, eps, 1.0f);
         else if (it == nh)
-            norm_rope_head_cs<KV, HD>(row + k_off, NULL, kc, r->row[0], kn ? r->w[1] : NULL,
-                                      r->cs, eps, k_scale);
+            norm_rope_head_cs<KV, HD, S>(row + k_off, NULL, kc, r->row[0], kn ? r->w[1] : NULL,
+                                         r->cs, eps, k_scale);
         else
             for (int i = threadIdx.x & 31; i < HD; i += 32)
-                vc[i] = r->row[1][i] = cache_from_f32<KV>(row[v_off + i], v_scale);
+                vc[i] = r->row[1][i] = cache_from_f32<KV>(to_f32(row[v_off + i]), v_scale);
     }
 }
 /* With FUSE, where b.fused: the block's query heads into sm_q and, where its partition holds the
@@ -1542,12 +1557,22 @@ __device__ __forceinline__ void dtc_prologue(const AttentionParams &p, const Dtc
         if (b.fused) {
             const int64_t at =
                 slot < 0 ? 0 : slot * ((int64_t)p.n_kv_heads * HD) + (int64_t)b.kvh * HD;
-            dtc_qk_prologue<KV, HD>(p.q + (int64_t)b.t * p.ldq, slot, sm_q, b.group,
-                                    p.q_norm != NULL, p.k_norm != NULL, &r, p.eps, b.h0 * HD,
-                                    (p.n_heads + b.kvh) * HD,
-                                    (p.n_heads + p.n_kv_heads + b.kvh) * HD,
-                                    (KV *)p.k_cache + at, (KV *)p.v_cache + at, p.k_scale,
-                                    p.v_scale);
+            /* the raw row: f32, or the model's 16-bit type (AttentionParams.qkv16) */
+            auto pro = [&](auto sz) {
+                typedef decltype(sz) S;
+                const S *row = (p.qkv16 ? (const S *)p.qkv16 : (const S *)(const void *)p.q) +
+                               (int64_t)b.t * p.ldq;
+                dtc_qk_prologue<KV, HD, S>(
+                    row, slot, sm_q, b.group, p.q_norm != NULL, p.k_norm != NULL, &r, p.eps,
+                    b.h0 * HD, (p.n_heads + b.kvh) * HD, (p.n_heads + p.n_kv_heads + b.kvh) * HD,
+                    (KV *)p.k_cache + at, (KV *)p.v_cache + at, p.k_scale, p.v_scale);
+            };
+            if (!p.qkv16)
+                pro(0.0f);
+            else if (p.qkv16dt == DTYPE_BF16)
+                pro(__nv_bfloat16());
+            else
+                pro(__half());
         }
         __syncthreads();
     }

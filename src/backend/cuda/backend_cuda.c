@@ -14,9 +14,10 @@
  * residual_rmsnorm_cuda, gemm_cuda ids = sample(logits) sampler_cuda (logits stay on the GPU)
  *
  * Numbers: matrix products take the model's dtype (bf16 / f16; f32 models in exact f32) and
- * accumulate in f32 into f32 outputs, except gate/up, whose f32 sums are rounded to the model's
- * dtype (as transformers' bf16 nn.Linear writes them; CVLLM_CUDA_FUSE without "gu16": f32); the
- * residual stream, q/k/v and the norms are f32; the KV cache holds the model's dtype by default
+ * accumulate in f32 into f32 outputs, except gate/up and q/k/v, whose f32 sums are rounded to the
+ * model's dtype (as transformers' bf16 nn.Linear writes them; CVLLM_CUDA_FUSE without "gu16" /
+ * "qkv16": f32; q/k/v also where the model has a qkv bias); the residual stream, the q/k norms
+ * and rope and the norms are f32; the KV cache holds the model's dtype by default
  * (--kv-cache-dtype auto, as vLLM on a GPU).
  *
  * Memory (all allocated at create / init_kv_cache / warmup, none in a step): the weights in one
@@ -130,7 +131,8 @@ typedef struct {
     size_t ws_bytes;
     float *x;      /* [Tmax, H] residual stream */
     void *h;       /* [Tmax, H] normed input (adt) */
-    float *qkv;    /* [Tmax, qkvd] */
+    float *qkv;    /* [Tmax, qkvd] f32: the qkv product's rows, or with qkv16 the normed q / k */
+    void *qkv16;   /* [Tmax, qkvd] of adt: the qkv product's rows with qkv16 (else NULL) */
     void *att;     /* [Tmax, qd] attention output (adt) */
     float *tmp;    /* [Tmax, H] product outputs added to x */
     void *gu;      /* [Tmax, 2 I] of gudt */
@@ -176,6 +178,10 @@ typedef struct {
                            * kernel writes q in their 16-bit type (AttentionParams.q16; into
                            * gu, unused between the qkv and gate/up products), not in f32 back
                            * into the qkv rows (fusion "q16") */
+    int qkv16_on;         /* the qkv product writes the model's 16-bit type (qkv16), as
+                           * transformers' bf16 nn.Linear rounds q_proj, k_proj and v_proj; the
+                           * q/k kernel and the fused decode prologue widen it (fusion "qkv16";
+                           * a 16-bit model without a qkv bias) */
     uint64_t *order_keys; /* [Smax] host scratch of stage_order */
     unsigned skip;        /* op classes decode steps leave out (1 << PC_*; CVLLM_CUDA_SKIP) */
     int64_t *h_slots;
@@ -193,6 +199,11 @@ typedef struct {
      * and set_done[k] is recorded after the last operation of the step that staged set k. */
     int set;
     cudaEvent_t set_done[2];
+    /* the set whose set_done a submitted step has not recorded yet (-1: none): it is recorded
+     * once the next step's input copy is enqueued (launch_step), or by the collect that waits for
+     * it, so that nothing stands between a step's sampler and that copy on the stream (the copy
+     * then runs during the sampler: sampler_pdl_note in sampler.cu) */
+    int ev_pending;
     int *h_lpk[2];        /* per set: each logits row's num_logprobs */
     int set_rows[2];      /* per set: its step's logits rows */
     int fl_set[2], fl_head, fl_count; /* the sets of the steps submitted, not collected */
@@ -489,7 +500,9 @@ static int list_has(const char *e, const char *name) {
  * q/k norm, rope and K/V store inside the decode attention kernel; "gu16": the gate/up product
  * writes the model's dtype for silu_mul, not f32; "res": on one GPU the o and down products add
  * into the residual stream (cuBLASLt's beta 1), not into tmp for the norm to add; "q16": a
- * prefill's q written in the tensor-core attention's 16-bit type). */
+ * prefill's q written in the tensor-core attention's 16-bit type; "qkv16": the qkv product
+ * writes the model's 16-bit type, as transformers' bf16 q/k/v_proj round it, read widened by the
+ * q/k kernel and the fused decode prologue: half the bytes written and read back). */
 static int fusion_on(const char *name) {
     const char *e = getenv("CVLLM_CUDA_FUSE");
     if (!e || !*e || strcmp(e, "1") == 0) return 1;
@@ -571,6 +584,10 @@ static int alloc_workspace(CudaBackend *c) {
     }
     c->order_keys = xmalloc((size_t)c->Smax * sizeof *c->order_keys);
     const size_t T = (size_t)c->Tmax, S = (size_t)c->Smax, es = dtype_size(c->adt);
+    /* a bias is added to the f32 sums before transformers rounds them: those models keep f32 */
+    c->qkv16_on = fusion_on("qkv16") && (c->adt == DTYPE_BF16 || c->adt == DTYPE_F16);
+    for (int l = 0; l < c->L; l++)
+        if (c->layers[l].qkv_bias) c->qkv16_on = 0;
     /* decode attention partitions: S * parts stays below S + 4 * SMs (attention_decode_num_parts
      * gives a sequence more than one partition only while the grid is small) */
     /* the cache's dtype is not known yet: the largest over each kernel's choice */
@@ -595,6 +612,7 @@ static int alloc_workspace(CudaBackend *c) {
         c->x = carve(base, &off, T * c->H * 4);
         c->h = carve(base, &off, T * c->H * es);
         c->qkv = carve(base, &off, T * c->qkvd * 4);
+        c->qkv16 = c->qkv16_on ? carve(base, &off, T * c->qkvd * es) : NULL;
         c->att = carve(base, &off, T * c->qd * es);
         c->tmp = carve(base, &off, T * c->H * 4);
         c->gu = carve(base, &off, T * 2 * c->I * 4);
@@ -660,6 +678,7 @@ static int alloc_workspace(CudaBackend *c) {
         CUDA_TRY(cudaEventCreateWithFlags(&c->set_done[k], cudaEventDisableTiming));
     }
     c->prev_set = -1;
+    c->ev_pending = -1;
     return gemm_create(&c->gemm, c->gemm_ws, GEMM_WS_BYTES);
 }
 
@@ -1022,6 +1041,10 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
         ap.ldq16 = c->qd;
         if (!attention_prefill_uses_tc(&ap)) ap.q16 = NULL, ap.ldq16 = 0;
     }
+    /* the qkv product in the model's 16-bit type, unless a prefill's q16 is of another (a bf16
+     * model over an f16 cache): the q/k kernel reads its rows and writes q16 of their type */
+    const int qkv16 = c->qkv16_on && !(ap.q16 && attention_prefill_tc_dtype(&ap) != c->adt);
+    if (qkv16 && fuse_qk) ap.qkv16 = c->qkv16, ap.qkv16dt = c->adt;
     int parts = m->parts;
     if (m->decode && parts <= 0) parts = attention_decode_num_parts(&ap, c->num_sms);
     for (int l = 0; l < c->L; l++) {
@@ -1029,8 +1052,12 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
         char *kc = (char *)m->kv + (size_t)l * layer_elems * kes;
         char *vc = (char *)m->kv + (size_t)(c->L + l) * layer_elems * kes;
         PROF(c, PC_GEMM);
-        RUN(PC_GEMM,
-            gemm_cuda(c->gemm, c->qkv, c->qkvd, c->h, cl->qkv_w, c->adt, T, c->qkvd, H, st));
+        if (qkv16)
+            RUN(PC_GEMM, gemm_cuda_to(c->gemm, c->qkv16, c->adt, c->qkvd, c->h, cl->qkv_w, c->adt,
+                                      T, c->qkvd, H, st));
+        else
+            RUN(PC_GEMM,
+                gemm_cuda(c->gemm, c->qkv, c->qkvd, c->h, cl->qkv_w, c->adt, T, c->qkvd, H, st));
         PROF(c, PC_OTHER);
         if (cl->qkv_bias)
             RUN(PC_OTHER, add_bias_cuda(c->qkv, c->qkvd, cl->qkv_bias, T, c->qkvd, st));
@@ -1038,11 +1065,11 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
             ap.q_norm = cl->q_norm;
             ap.k_norm = cl->k_norm;
         } else {
-            RUN(PC_OTHER,
-                qk_norm_rope_store_cuda(c->qkv, c->qkvd, c->d_pos, c->inv_freq, cl->q_norm,
-                                        cl->k_norm, T, c->heads, c->kvh, c->hd, eps, kc, vc,
-                                        c->kvdt, 1.0f, 1.0f, c->d_slots, (void *)ap.q16,
-                                        attention_prefill_tc_dtype(&ap), ap.ldq16, st));
+            RUN(PC_OTHER, qk_norm_rope_store_cuda(c->qkv, c->qkvd, qkv16 ? c->qkv16 : NULL, c->adt,
+                                                  c->d_pos, c->inv_freq, cl->q_norm, cl->k_norm, T,
+                                                  c->heads, c->kvh, c->hd, eps, kc, vc, c->kvdt,
+                                                  1.0f, 1.0f, c->d_slots, (void *)ap.q16,
+                                                  attention_prefill_tc_dtype(&ap), ap.ldq16, st));
         }
         ap.k_cache = kc;
         ap.v_cache = vc;
@@ -1562,6 +1589,10 @@ static int launch_step(CudaBackend *c, const StepLaunch *sl, const int32_t *ids_
 #endif
     PROF(c, PC_INPUTS);
     TRY(copy_inputs(c, sl->T, sl->S, sl->n, sl->decode && stage_order(c, sl->S), ids_from));
+    if (c->ev_pending >= 0) { /* the step before's end: every operation of it is ahead */
+        CUDA_TRY(cudaEventRecord(c->set_done[c->ev_pending], c->stream));
+        c->ev_pending = -1;
+    }
     if (sl->bucket >= 0) {
         PROF(c, PC_GRAPH);
         CUDA_TRY(cudaGraphLaunch(c->graphs[sl->bucket], c->stream));
@@ -1795,7 +1826,8 @@ static int cuda_submit(Backend *b, const StepInputs *in) {
         return cvllm_errorf(CVLLM_EINVAL, "cuda backend: a third step submitted before a collect");
     CUDA_TRY(cudaSetDevice(c->dev));
     if ((rc = enqueue_step(c, in, NULL))) return step_failed(b, rc);
-    CUDA_TRY(cudaEventRecord(c->set_done[c->set], c->stream));
+    c->ev_pending = c->set; /* launch_step recorded the step before's; this one's comes after the
+                               next step's input copy, or at its collect */
     c->fl_set[(c->fl_head + c->fl_count++) % 2] = c->set;
     return 0;
 }
@@ -1807,6 +1839,10 @@ static int cuda_collect(Backend *b, StepOutputs *out) {
     c->fl_head = (c->fl_head + 1) % 2;
     c->fl_count--;
     CUDA_TRY(cudaSetDevice(c->dev));
+    if (c->ev_pending == k) { /* no step after it yet: its end marked now */
+        CUDA_TRY(cudaEventRecord(c->set_done[k], c->stream));
+        c->ev_pending = -1;
+    }
 #ifdef CVLLM_HAVE_NCCL
     if (c->tp) { /* watching the peers: a lost rank must not leave this wait hanging */
         int rc = tp_event_wait(c->tp, c->set_done[k]);

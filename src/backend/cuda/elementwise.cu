@@ -328,12 +328,13 @@ static int check_kv_scales(DType kvdt, float k_scale, float v_scale) {
  * computing its own angles (a prefill step's kernel spent most of its time in cosf / sinf that
  * way: 16,384 tokens of qwen3-0.6b, 236 us a layer over an fp8 cache, 2.1 TB/s, against 147 us
  * with the table; Nsight Compute, H200, 2026-11-27). */
-template <typename C, int HD, typename Q>
-__global__ void qk_norm_rope_store_kernel(float *qkv, int64_t ld, const int32_t *positions,
-                                          const float *inv_freq, const float *q_norm,
-                                          const float *k_norm, int n_heads, int n_kv_heads, int hd,
-                                          float eps, C *kc, C *vc, const int64_t *slots,
-                                          float k_scale, float v_scale, Q *q16, int64_t ldq16) {
+template <typename C, int HD, typename Q, typename S>
+__global__ void qk_norm_rope_store_kernel(float *qkv, int64_t ld, const S *src,
+                                          const int32_t *positions, const float *inv_freq,
+                                          const float *q_norm, const float *k_norm, int n_heads,
+                                          int n_kv_heads, int hd, float eps, C *kc, C *vc,
+                                          const int64_t *slots, float k_scale, float v_scale,
+                                          Q *q16, int64_t ldq16) {
     __shared__ float2 cs[HD ? HD / 2 : 1];
     const int64_t t = blockIdx.x;
     /* the step's inputs, not the kernel ahead's outputs: read before the wait */
@@ -349,11 +350,14 @@ __global__ void qk_norm_rope_store_kernel(float *qkv, int64_t ld, const int32_t 
     const int d = HD > 0 ? HD : hd; /* a constant where the table is used */
     const int warp = x >> 5, nw = blockDim.x >> 5, kv_dim = n_kv_heads * d;
     for (int h = warp; h < n_heads + 2 * n_kv_heads; h += nw) {
-        float *v = qkv + t * ld + (int64_t)h * d; /* k heads follow the q heads, v the k */
+        /* k heads follow the q heads, v the k; the raw values at v, f32 ones written back at
+         * vb (v itself where the rows are f32) */
+        const S *v = src + t * ld + (int64_t)h * d;
+        float *vb = qkv ? qkv + t * ld + (int64_t)h * d : NULL;
         if (h >= n_heads + n_kv_heads) {
             if (slot >= 0)
-                store_head<C>(v, vc + slot * kv_dim + (int64_t)(h - n_heads - n_kv_heads) * d, d,
-                              v_scale);
+                store_head<C, S>(v, vc + slot * kv_dim + (int64_t)(h - n_heads - n_kv_heads) * d, d,
+                                 v_scale);
             continue;
         }
         const bool is_k = h >= n_heads;
@@ -361,32 +365,39 @@ __global__ void qk_norm_rope_store_kernel(float *qkv, int64_t ld, const int32_t 
         if (!is_k && q16) { /* q rounded to the attention's type, the row left as it was */
             Q *qd = q16 + t * ldq16 + (int64_t)h * d;
             if constexpr (HD > 0)
-                norm_rope_head_cs<Q, HD>(v, NULL, qd, NULL, w, cs, eps, 1.0f);
+                norm_rope_head_cs<Q, HD, S>(v, NULL, qd, NULL, w, cs, eps, 1.0f);
             else
-                norm_rope_head<Q>(v, NULL, qd, w, inv_freq, pos, hd, eps, 1.0f);
+                norm_rope_head<Q, S>(v, NULL, qd, w, inv_freq, pos, hd, eps, 1.0f);
             continue;
         }
         C *dst = is_k && slot >= 0 ? kc + slot * kv_dim + (int64_t)(h - n_heads) * d : NULL;
-        float *back = q16 ? NULL : v; /* with q16, k goes to the cache alone */
+        float *back = q16 ? NULL : vb; /* with q16, k goes to the cache alone */
         if constexpr (HD > 0)
-            norm_rope_head_cs<C, HD>(v, back, dst, NULL, w, cs, eps, k_scale);
+            norm_rope_head_cs<C, HD, S>(v, back, dst, NULL, w, cs, eps, k_scale);
         else
-            norm_rope_head<C>(v, back, dst, w, inv_freq, pos, hd, eps, k_scale);
+            norm_rope_head<C, S>(v, back, dst, w, inv_freq, pos, hd, eps, k_scale);
     }
 }
 
-extern "C" int qk_norm_rope_store_cuda(float *d_qkv, int64_t ld, const int32_t *d_positions,
-                                       const float *d_inv_freq, const float *d_q_norm,
-                                       const float *d_k_norm, int T, int n_heads, int n_kv_heads,
-                                       int hd, float eps, void *d_k_cache, void *d_v_cache,
-                                       DType kvdt, float k_scale, float v_scale,
-                                       const int64_t *d_slot_mapping, void *d_q16, DType q16dt,
-                                       int64_t ldq16, cudaStream_t stream) {
+extern "C" int qk_norm_rope_store_cuda(float *d_qkv, int64_t ld, const void *d_src, DType srcdt,
+                                       const int32_t *d_positions, const float *d_inv_freq,
+                                       const float *d_q_norm, const float *d_k_norm, int T,
+                                       int n_heads, int n_kv_heads, int hd, float eps,
+                                       void *d_k_cache, void *d_v_cache, DType kvdt, float k_scale,
+                                       float v_scale, const int64_t *d_slot_mapping, void *d_q16,
+                                       DType q16dt, int64_t ldq16, cudaStream_t stream) {
     int rc = check_kv_scales(kvdt, k_scale, v_scale);
     if (rc) return rc;
     if (d_q16 && ((q16dt != DTYPE_BF16 && q16dt != DTYPE_F16) || ldq16 % 8 || !aligned16(d_q16)))
         return cvllm_errorf(CVLLM_EINVAL, "cuda qk_norm_rope_store: q16 of dtype %d, row of %lld",
                             (int)q16dt, (long long)ldq16);
+    if (d_src && srcdt != DTYPE_BF16 && srcdt != DTYPE_F16)
+        return cvllm_errorf(CVLLM_EINVAL, "cuda qk_norm_rope_store: 16-bit rows of dtype %d",
+                            (int)srcdt);
+    if (!d_src && !d_qkv) return cvllm_errorf(CVLLM_EINVAL, "cuda qk_norm_rope_store: no rows");
+    if (d_src && !d_qkv && !d_q16) /* q would go nowhere */
+        return cvllm_errorf(CVLLM_EINVAL,
+                            "cuda qk_norm_rope_store: 16-bit rows, no f32 rows or q16");
     if (T <= 0) return 0;
     /* a decode step (a few blocks): a warp per head; a prefill: 256 threads a token (measured
      * faster there, 2026-11-22) */
@@ -394,20 +405,32 @@ extern "C" int qk_norm_rope_store_cuda(float *d_qkv, int64_t ld, const int32_t *
     if (threads > 1024) threads = 1024;
     /* the rotation table needs a thread for each of its HD entries */
     const int HD = (hd == 64 || hd == 128) && threads >= hd ? hd : 0;
-    auto launch = [&](auto cz, auto qz) {
+    auto launch = [&](auto cz, auto qz, auto sz) {
         typedef decltype(cz) C;
         typedef decltype(qz) Q;
-        auto kern = HD == 128  ? qk_norm_rope_store_kernel<C, 128, Q>
-                    : HD == 64 ? qk_norm_rope_store_kernel<C, 64, Q>
-                               : qk_norm_rope_store_kernel<C, 0, Q>;
-        pdl_launch(kern, T, threads, 0, stream, d_qkv, ld, d_positions, d_inv_freq, d_q_norm,
-                   d_k_norm, n_heads, n_kv_heads, hd, eps, (C *)d_k_cache, (C *)d_v_cache,
-                   d_slot_mapping, k_scale, v_scale, (Q *)d_q16, ldq16);
+        typedef decltype(sz) S;
+        auto kern = HD == 128  ? qk_norm_rope_store_kernel<C, 128, Q, S>
+                    : HD == 64 ? qk_norm_rope_store_kernel<C, 64, Q, S>
+                               : qk_norm_rope_store_kernel<C, 0, Q, S>;
+        pdl_launch(kern, T, threads, 0, stream, d_qkv, ld,
+                   d_src ? (const S *)d_src : (const S *)(const void *)d_qkv, d_positions,
+                   d_inv_freq, d_q_norm, d_k_norm, n_heads, n_kv_heads, hd, eps, (C *)d_k_cache,
+                   (C *)d_v_cache, d_slot_mapping, k_scale, v_scale, (Q *)d_q16, ldq16);
     };
-    if (q16dt == DTYPE_F16 && d_q16)
-        DISPATCH_KV_DTYPE(kvdt, C, launch(C(), __half()));
+    /* a model's 16-bit rows come with q16 of the same type, or none: Q follows S there */
+    const bool qh = d_q16 ? q16dt == DTYPE_F16 : d_src && srcdt == DTYPE_F16;
+    if (d_src && srcdt == DTYPE_BF16 && !qh)
+        DISPATCH_KV_DTYPE(kvdt, C, launch(C(), __nv_bfloat16(), __nv_bfloat16()));
+    else if (d_src && srcdt == DTYPE_F16 && qh)
+        DISPATCH_KV_DTYPE(kvdt, C, launch(C(), __half(), __half()));
+    else if (d_src)
+        return cvllm_errorf(CVLLM_EINVAL,
+                            "cuda qk_norm_rope_store: rows of dtype %d with a q16 of %d",
+                            (int)srcdt, (int)q16dt);
+    else if (qh)
+        DISPATCH_KV_DTYPE(kvdt, C, launch(C(), __half(), float()));
     else /* bf16, or no q16 (the pointer NULL) */
-        DISPATCH_KV_DTYPE(kvdt, C, launch(C(), __nv_bfloat16()));
+        DISPATCH_KV_DTYPE(kvdt, C, launch(C(), __nv_bfloat16(), float()));
     CUDA_LAUNCH_TRY();
     return 0;
 }
@@ -434,23 +457,38 @@ __device__ __forceinline__ void copy_word(const CopySegments &c, const CopyPlan 
     } else {
         const int64_t o = pl.n16[i] * 16 + (k - pl.n16[i]) * 4;
         const uint32_t v = *(const uint32_t *)((const char *)c.src[i] + o);
-        if (i == 0 && c.ids_from) { /* token ids, some of them the step before's samples */
+        if (i == 0 && c.ids_from) { /* token ids: the step before's samples after the wait */
             const int32_t id = (int32_t)v;
-            *(int32_t *)((char *)c.dst[i] + o) = id < 0 ? c.ids_from[-(int64_t)id - 1] : id;
+            if (id >= 0) *(int32_t *)((char *)c.dst[i] + o) = id;
         } else {
             *(uint32_t *)((char *)c.dst[i] + o) = v;
         }
     }
 }
+/* Launched programmatically (pdl_launch) after a step's sampler, which triggers at its start:
+ * every word but the pending token ids is read from host memory and stored while the sampler
+ * runs (no kernel before it in the stream reads these arrays then: the sampler does not, and it
+ * was launched in full order, so every kernel before it has ended), and only the ids the sampler
+ * writes (ids_from) are read after the wait. The word of id k (segment 0, one 4-byte word each) is
+ * thread k's first, where the grid has a thread for each id (copy_segments_cuda sees to it). */
 __global__ void copy_segments_kernel(CopySegments c, CopyPlan pl) {
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < pl.first[c.n];
-         k += stride) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x,
+                  k0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t nids = c.ids_from ? pl.first[1] : 0;
+    int32_t id0 = 0; /* id word k0's staged value, where k0 < nids */
+    if (k0 < nids) id0 = ((const int32_t *)c.src[0])[k0];
+    for (int64_t k = k0; k < pl.first[c.n]; k += stride) {
         int i = 0;
         while (k >= pl.first[i + 1])
             i++;
-        copy_word(c, pl, i, k - pl.first[i]);
+        if (k == k0 && k0 < nids) {
+            if (id0 >= 0) ((int32_t *)c.dst[0])[k0] = id0;
+        } else {
+            copy_word(c, pl, i, k - pl.first[i]);
+        }
     }
+    pdl_wait();
+    if (k0 < nids && id0 < 0) ((int32_t *)c.dst[0])[k0] = c.ids_from[-(int64_t)id0 - 1];
 }
 
 extern "C" int copy_segments_cuda(const CopySegments *segs, cudaStream_t stream) {
@@ -478,7 +516,16 @@ extern "C" int copy_segments_cuda(const CopySegments *segs, cudaStream_t stream)
     if (words == 0) return 0;
     int64_t blocks = (words + 255) / 256;
     if (blocks > COPY_SEG_MAX_BLOCKS) blocks = COPY_SEG_MAX_BLOCKS;
-    copy_segments_kernel<<<(int)blocks, 256, 0, stream>>>(*segs, pl);
+    if (segs->ids_from && blocks * 256 < pl.first[1]) blocks = (pl.first[1] + 255) / 256;
+    if (blocks > INT32_MAX)
+        return cvllm_errorf(CVLLM_EINVAL, "copy_segments: %lld token ids", (long long)pl.first[1]);
+    /* CVLLM_CUDA_INPUTS_PDL=0: launched in full order (measuring) */
+    static int pdl = -1;
+    if (pdl < 0) pdl = cuda_env_flag("CVLLM_CUDA_INPUTS_PDL", 1);
+    if (pdl)
+        CUDA_TRY(pdl_launch(copy_segments_kernel, (int)blocks, 256, 0, stream, *segs, pl));
+    else
+        copy_segments_kernel<<<(int)blocks, 256, 0, stream>>>(*segs, pl);
     CUDA_LAUNCH_TRY();
     return 0;
 }

@@ -75,13 +75,16 @@ int residual_rmsnorm_cuda(float *d_x, const float *d_add, const float *d_w, void
  * With d_q16 (a prefill whose attention rounds q to 16 bits: AttentionParams.q16), the q heads go
  * there instead, rounded to q16dt (bf16 or f16; token t's at d_q16 + t * ldq16 elements, 16-byte
  * aligned rows), and the qkv rows are left as they were (k goes to the cache only): half q's bytes
- * written, and none of k's. CPU: qk_rope_store_job. */
-int qk_norm_rope_store_cuda(float *d_qkv, int64_t ld, const int32_t *d_positions,
-                            const float *d_inv_freq, const float *d_q_norm, const float *d_k_norm,
-                            int T, int n_heads, int n_kv_heads, int hd, float eps, void *d_k_cache,
-                            void *d_v_cache, DType kvdt, float k_scale, float v_scale,
-                            const int64_t *d_slot_mapping, void *d_q16, DType q16dt,
-                            int64_t ldq16, cudaStream_t stream);
+ * written, and none of k's. With d_src (fusion "qkv16": the qkv product's output in the model's
+ * 16-bit type srcdt, rows of ld elements) the raw values are read there, widened exactly, and the
+ * normed q and k go to d_qkv's f32 rows (NULL: none; then d_q16 must be set, of srcdt's type).
+ * CPU: qk_rope_store_job. */
+int qk_norm_rope_store_cuda(float *d_qkv, int64_t ld, const void *d_src, DType srcdt,
+                            const int32_t *d_positions, const float *d_inv_freq,
+                            const float *d_q_norm, const float *d_k_norm, int T, int n_heads,
+                            int n_kv_heads, int hd, float eps, void *d_k_cache, void *d_v_cache,
+                            DType kvdt, float k_scale, float v_scale, const int64_t *d_slot_mapping,
+                            void *d_q16, DType q16dt, int64_t ldq16, cudaStream_t stream);
 
 /* y[t, n] += bias[n], y: [T, ld] (first N columns).   CPU: the bias of matmul_rows_scalar. */
 int add_bias_cuda(float *d_y, int64_t ld, const float *d_bias, int T, int N, cudaStream_t stream);
@@ -177,6 +180,10 @@ typedef struct {
      * written through k_cache / v_cache. NULL: q is already normed and rotated, the cache
      * already holds the keys. */
     const int32_t *positions; /* [T] */
+    /* with positions, optional: the raw rows in the model's 16-bit type qkv16dt (bf16 / f16; the
+     * qkv product's output with fusion "qkv16"), ldq elements apart; q is then not read */
+    const void *qkv16;
+    DType qkv16dt;
     const int64_t *slots;     /* [T] */
     const float *inv_freq;    /* [hd / 2] */
     const float *q_norm, *k_norm;

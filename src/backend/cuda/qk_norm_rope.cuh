@@ -10,25 +10,26 @@
 
 #include "backend/cuda/cuda_util.cuh"
 
-/* src: the head's hd raw values (f32); w: the norm's weights (NULL: no norm); the rotated values
- * go to dst (f32, may be src: each lane reads its pair before it writes it, and the sum of squares
- * is complete before any write) and / or cache (C, stored as cache_from_f32(x, scale)); either
- * may be NULL. Called by all 32 lanes of a warp. */
-template <typename C>
-__device__ __forceinline__ void norm_rope_head(const float *src, float *dst, C *cache,
-                                               const float *w, const float *inv_freq, float pos,
-                                               int hd, float eps, float scale) {
+/* src: the head's hd raw values (S: f32, or the qkv product's 16-bit output with fusion "qkv16",
+ * widened exactly); w: the norm's weights (NULL: no norm); the rotated values go to dst (f32, may
+ * be src: each lane reads its pair before it writes it, and the sum of squares is complete before
+ * any write) and / or cache (C, stored as cache_from_f32(x, scale)); either may be NULL. Called by
+ * all 32 lanes of a warp. */
+template <typename C, typename S = float>
+__device__ __forceinline__ void norm_rope_head(const S *src, float *dst, C *cache, const float *w,
+                                               const float *inv_freq, float pos, int hd, float eps,
+                                               float scale) {
     const int lane = threadIdx.x & 31, half = hd / 2;
     float r = 1.0f;
     if (w) {
         float ss = 0.0f;
         for (int i = lane; i < hd; i += 32)
-            ss += src[i] * src[i];
+            ss += to_f32(src[i]) * to_f32(src[i]);
         ss = warp_sum(ss);
         r = 1.0f / sqrtf(ss / (float)hd + eps);
     }
     for (int i = lane; i < half; i += 32) {
-        float a = src[i], b = src[i + half];
+        float a = to_f32(src[i]), b = to_f32(src[i + half]);
         if (w) {
             a = (a * r) * w[i];
             b = (b * r) * w[i + half];
@@ -63,18 +64,19 @@ __device__ __forceinline__ void rope_table_entry(float2 *cs, int x, float pos, f
  * (rope_table_entry), the norm's weights w (NULL: no norm); the head's values are read once,
  * into registers. Bit for bit norm_rope_head's results: the same operations in the same order
  * (the sum of squares lane by lane over i = lane, lane + 32, .., then across the warp). The rotated
- * values go to dst (f32) and / or to cache and cache2 (C); any may be NULL. */
-template <typename C, int HD>
-__device__ __forceinline__ void norm_rope_head_cs(const float *src, float *dst, C *cache,
-                                                  C *cache2, const float *w, const float2 *cs,
-                                                  float eps, float scale) {
+ * values go to dst (f32) and / or to cache and cache2 (C); any may be NULL. S: as norm_rope_head's.
+ */
+template <typename C, int HD, typename S = float>
+__device__ __forceinline__ void norm_rope_head_cs(const S *src, float *dst, C *cache, C *cache2,
+                                                  const float *w, const float2 *cs, float eps,
+                                                  float scale) {
     static_assert(HD % 64 == 0, "pairs of 32 lanes");
     constexpr int N = HD / 32, half = HD / 2;
     const int lane = threadIdx.x & 31;
     float v[N];
 #pragma unroll
     for (int k = 0; k < N; k++)
-        v[k] = src[lane + 32 * k];
+        v[k] = to_f32(src[lane + 32 * k]);
     float r = 1.0f;
     if (w) {
         float ss = 0.0f;
@@ -106,11 +108,11 @@ __device__ __forceinline__ void norm_rope_head_cs(const float *src, float *dst, 
     }
 }
 
-/* A v head's hd values to the cache, by the lanes of a warp. */
-template <typename C>
-__device__ __forceinline__ void store_head(const float *src, C *cache, int hd, float scale) {
+/* A v head's hd values (S: as norm_rope_head's) to the cache, by the lanes of a warp. */
+template <typename C, typename S = float>
+__device__ __forceinline__ void store_head(const S *src, C *cache, int hd, float scale) {
     for (int i = threadIdx.x & 31; i < hd; i += 32)
-        cache[i] = cache_from_f32<C>(src[i], scale);
+        cache[i] = cache_from_f32<C>(to_f32(src[i]), scale);
 }
 
 #endif

@@ -32,6 +32,11 @@
 #include "backend/cuda/mma.cuh"
 #include "backend/philox.h"
 
+/* sampler_pdl_note: the sampler kernels are launched in full stream order (every kernel before
+ * them has ended when they start) and trigger their dependents at once, so that the next step's
+ * input copy (copy_segments_cuda, launched programmatically) reads its host words while the
+ * sampler runs; it waits for the sampler only for the ids the sampler writes. Every kernel that
+ * pdl_launch launches waits (pdl_wait) before it touches what the kernel before it writes. */
 #define SAMPLER_THREADS 1024
 #define FIX_SCALE 17592186044416.0f /* 2^44: a weight in [0, 1] as an integer; vocab < 2^19 */
 #define PROMPT_BIT 0x40000000
@@ -459,6 +464,7 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
     sampler_kernel(const L *logits, int vocab, const CudaSamplingRow *rows, const int32_t *ids,
                    int32_t *token_out, float *logprob_out, int32_t *top_ids, float *top_lp,
                    int32_t *counts) {
+    pdl_trigger(); /* sampler_pdl_note */
     const int r = blockIdx.x;
     const CudaSamplingRow P = rows[r];
     Sampling<L> S;
@@ -787,6 +793,7 @@ template <typename L>
 __global__ void __launch_bounds__(SAMPLER_THREADS)
     sampler_cluster_kernel(const L *logits, int vocab, const CudaSamplingRow *rows,
                            int32_t *token_out, float *logprob_out) {
+    pdl_trigger(); /* sampler_pdl_note */
     const int r = blockIdx.y, nc = (int)gridDim.x, slice = cluster_slice(vocab, nc);
     const int lo = min((int)blockIdx.x * slice, vocab), hi = min(lo + slice, vocab);
     cluster_sample<L>(Logits<L>{logits + (int64_t)r * vocab}, lo, hi, rows[r], vocab, r,
@@ -799,6 +806,7 @@ template <typename L>
 __global__ void __launch_bounds__(SAMPLER_STAGED_THREADS, 2)
     sampler_staged_kernel(const L *logits, int vocab, const CudaSamplingRow *rows,
                           int32_t *token_out, float *logprob_out) {
+    pdl_trigger(); /* sampler_pdl_note */
     extern __shared__ __align__(16) unsigned char stage[];
     const int r = blockIdx.y, nc = (int)gridDim.x, slice = cluster_slice(vocab, nc);
     const int lo = min((int)blockIdx.x * slice, vocab), hi = min(lo + slice, vocab);
