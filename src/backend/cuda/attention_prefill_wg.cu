@@ -14,7 +14,8 @@
  * m64k16 A fragment (wgmma m64n128k16, four k-steps over the keys). Every thread of the block
  * copies its share of the next tile (a 16-bit cache by cp.async; fp8 into registers, converted
  * and stored after the current tile's products) while the warpgroups compute on the current one:
- * two stages. */
+ * two stages. Two blocks an SM (128 registers a thread), so that one block's start, with no tile
+ * yet to compute on, overlaps the other's products. */
 #include <stdlib.h>
 
 #include "backend/cuda/attention.cuh"
@@ -60,8 +61,13 @@ __device__ __forceinline__ void wg_scores(float (&sc)[8][4], uint32_t qb, uint32
     wgmma_wait<0>();
 }
 
-template <typename C, typename KV>
-__global__ void __launch_bounds__(256, 1) attention_prefill_wg_kernel(AttentionParams p) {
+/* MINB: the blocks an SM holds (1: 170 registers; 2: 128, two blocks' 194 KB of shared memory,
+ * so that one block's start and end overlap the other's products; over an fp8 cache 40 bytes of
+ * spill stores, the 16-bit caches none). Two (the default): 64 x 2,048 prefill +4.9% over fp8,
+ * +6.5% over bf16; the fp8 default workload's prefill attention 73.8 against 88.1 ms, +0.3% over
+ * the run (H200, 2026-11-27, docs/BENCHMARKS.md round 32). */
+template <typename C, typename KV, int MINB>
+__global__ void __launch_bounds__(256, MINB) attention_prefill_wg_kernel(AttentionParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) unsigned char wg_smem[];
     const uint32_t raw = smem_addr(wg_smem), sbase = (raw + 1023u) & ~1023u;
@@ -271,9 +277,22 @@ int attention_prefill_wg_supported(const AttentionParams *p) {
            ((uintptr_t)p->k_cache & 15) == 0 && ((uintptr_t)p->v_cache & 15) == 0;
 }
 
-template <typename C, typename KV>
-static int launch_wg(const AttentionParams &p, cudaStream_t stream) {
-    auto kern = attention_prefill_wg_kernel<C, KV>;
+/* CVLLM_CUDA_PREFILL_WG_MINB: the kernel's blocks an SM (1 or 2; default WG_MINB_DEFAULT, see
+ * the kernel) */
+#define WG_MINB_DEFAULT 2
+static int wg_minb(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CVLLM_CUDA_PREFILL_WG_MINB");
+        v = e && *e ? atoi(e) : WG_MINB_DEFAULT;
+        if (v != 1 && v != 2) v = WG_MINB_DEFAULT;
+    }
+    return v;
+}
+
+template <typename C, typename KV, int MINB>
+static int launch_wg_b(const AttentionParams &p, cudaStream_t stream) {
+    auto kern = attention_prefill_wg_kernel<C, KV, MINB>;
     static int attr_set = 0; /* per instantiation */
     if (!attr_set) {
         CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
@@ -283,6 +302,10 @@ static int launch_wg(const AttentionParams &p, cudaStream_t stream) {
     kern<<<grid, 256, WG_SMEM, stream>>>(p);
     CUDA_LAUNCH_TRY();
     return 0;
+}
+template <typename C, typename KV>
+static int launch_wg(const AttentionParams &p, cudaStream_t stream) {
+    return wg_minb() == 2 ? launch_wg_b<C, KV, 2>(p, stream) : launch_wg_b<C, KV, 1>(p, stream);
 }
 
 int attention_prefill_wg_cuda(const AttentionParams *p, cudaStream_t stream) {
