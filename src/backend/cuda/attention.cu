@@ -104,6 +104,18 @@ static __host__ __device__ __forceinline__ int dec_qh(int group) {
     return group <= 2 ? group : DEC_QH;
 }
 
+/* f(row) with token t's raw qkv row, a fused decode prologue's input: f32 at p.q, or the model's
+ * 16-bit type at p.qkv16 (AttentionParams.qkv16) */
+template <typename F>
+__device__ __forceinline__ void with_raw_row(const AttentionParams &p, int64_t t, F &&f) {
+    if (!p.qkv16)
+        f(p.q + t * p.ldq);
+    else if (p.qkv16dt == DTYPE_BF16)
+        f((const __nv_bfloat16 *)p.qkv16 + t * p.ldq);
+    else
+        f((const __half *)p.qkv16 + t * p.ldq);
+}
+
 /* qk_norm_rope_store_kernel's work for one decode block's heads (the raw qkv row of token t):
  * its nh query heads from h0 normed and rotated into sm_q, and, where has_last (the block's
  * partition holds the sequence's last key, the token's own), the token's k head kvh normed,
@@ -227,22 +239,13 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
         if (fused) {
             const int64_t slot = j0 <= ctx - 1 && ctx - 1 < j1 ? p.slots[t] : -1;
             const int64_t at = slot < 0 ? 0 : slot * kv_stride + (int64_t)kvh * hd;
-            auto pro = [&](auto sz) {
-                typedef decltype(sz) S;
-                const S *row = (p.qkv16 ? (const S *)p.qkv16 : (const S *)(const void *)p.q) +
-                               (int64_t)t * p.ldq;
-                decode_qk_prologue<C, HD, QH, S>(row, (float)p.positions[t], slot, sm_q, nh,
-                                                 p.q_norm, p.k_norm, p.inv_freq, p.eps, hd, h0 * hd,
-                                                 (p.n_heads + kvh) * hd,
-                                                 (p.n_heads + p.n_kv_heads + kvh) * hd,
-                                                 (C *)p.k_cache + at, (C *)p.v_cache + at, ks, vs);
-            };
-            if (!p.qkv16)
-                pro(0.0f);
-            else if (p.qkv16dt == DTYPE_BF16)
-                pro(__nv_bfloat16());
-            else
-                pro(__half());
+            with_raw_row(p, t, [&](auto row) {
+                decode_qk_prologue<C, HD, QH>(row, (float)p.positions[t], slot, sm_q, nh, p.q_norm,
+                                              p.k_norm, p.inv_freq, p.eps, hd, h0 * hd,
+                                              (p.n_heads + kvh) * hd,
+                                              (p.n_heads + p.n_kv_heads + kvh) * hd,
+                                              (C *)p.k_cache + at, (C *)p.v_cache + at, ks, vs);
+            });
         }
         __syncthreads(); /* block-uniform; the stores are visible to the block */
     }
@@ -1557,22 +1560,12 @@ __device__ __forceinline__ void dtc_prologue(const AttentionParams &p, const Dtc
         if (b.fused) {
             const int64_t at =
                 slot < 0 ? 0 : slot * ((int64_t)p.n_kv_heads * HD) + (int64_t)b.kvh * HD;
-            /* the raw row: f32, or the model's 16-bit type (AttentionParams.qkv16) */
-            auto pro = [&](auto sz) {
-                typedef decltype(sz) S;
-                const S *row = (p.qkv16 ? (const S *)p.qkv16 : (const S *)(const void *)p.q) +
-                               (int64_t)b.t * p.ldq;
-                dtc_qk_prologue<KV, HD, S>(
+            with_raw_row(p, b.t, [&](auto row) {
+                dtc_qk_prologue<KV, HD>(
                     row, slot, sm_q, b.group, p.q_norm != NULL, p.k_norm != NULL, &r, p.eps,
                     b.h0 * HD, (p.n_heads + b.kvh) * HD, (p.n_heads + p.n_kv_heads + b.kvh) * HD,
                     (KV *)p.k_cache + at, (KV *)p.v_cache + at, p.k_scale, p.v_scale);
-            };
-            if (!p.qkv16)
-                pro(0.0f);
-            else if (p.qkv16dt == DTYPE_BF16)
-                pro(__nv_bfloat16());
-            else
-                pro(__half());
+            });
         }
         __syncthreads();
     }
