@@ -456,13 +456,7 @@ __device__ __forceinline__ void copy_word(const CopySegments &c, const CopyPlan 
         ((uint4 *)c.dst[i])[k] = ((const uint4 *)c.src[i])[k];
     } else {
         const int64_t o = pl.n16[i] * 16 + (k - pl.n16[i]) * 4;
-        const uint32_t v = *(const uint32_t *)((const char *)c.src[i] + o);
-        if (i == 0 && c.ids_from) { /* token ids: the step before's samples after the wait */
-            const int32_t id = (int32_t)v;
-            if (id >= 0) *(int32_t *)((char *)c.dst[i] + o) = id;
-        } else {
-            *(uint32_t *)((char *)c.dst[i] + o) = v;
-        }
+        *(uint32_t *)((char *)c.dst[i] + o) = *(const uint32_t *)((const char *)c.src[i] + o);
     }
 }
 /* Launched programmatically (pdl_launch) after a step's sampler, which triggers at its start:
