@@ -1181,12 +1181,16 @@ static void run_attention_case(const AttnCase *c) {
     void *oh = xmalloc(ob);
     char what[160];
     /* kinds: 0 prefill; decode: 1 in sequence order, 2 the blocks launched in another order
-     * (p.seq_order: the sequences reversed, as the backend's longest-first order may) */
-    int32_t order[8];
+     * (p.seq_order: the sequences reversed, as the backend's longest-first order may), 3 that
+     * order by records (p.dec_rec: the same bytes as 2) */
+    int32_t order[8], rec[8 * DEC_REC_INTS];
     for (int s = 0; s < S; s++)
         order[s] = S - 1 - s;
-    int32_t *dorder = dev_upload(order, sizeof(int32_t) * S);
-    for (int kind = 0; kind < (c->decode ? 3 : 1); kind++) {
+    attention_decode_records(order, S, ctxs, cu, NULL, NULL, tables, maxblk, bs, rec);
+    int32_t *dorder = dev_upload(order, sizeof(int32_t) * S),
+            *drec = dev_upload(rec, sizeof(int32_t) * S * DEC_REC_INTS);
+    void *oh_order = xmalloc(ob);
+    for (int kind = 0; kind < (c->decode ? 4 : 1); kind++) {
         p.out = dev_poisoned(ob);
         void *ws = NULL;
         if (kind == 0) {
@@ -1195,12 +1199,14 @@ static void run_attention_case(const AttnCase *c) {
             int parts = c->parts ? c->parts : attention_decode_num_parts(&p, 132);
             ws = dev_poisoned(attention_decode_ws_bytes(S, nh, hd, parts) + 4);
             p.seq_order = kind == 2 ? dorder : NULL;
+            p.dec_rec = kind == 3 ? drec : NULL;
             OK(attention_decode_cuda(&p, parts, ws, g_stream));
-            p.seq_order = NULL;
+            p.seq_order = NULL, p.dec_rec = NULL;
         }
         CK(cudaStreamSynchronize(g_stream));
         CK(cudaGetLastError());
         dev_download(oh, p.out, ob);
+        if (kind == 2) memcpy(oh_order, oh, ob);
         unpack(c->adt, oh, got, (int64_t)T * nh * hd);
         snprintf(what, sizeof what,
                  "%s attention hd %d heads %d/%d bs %d kv %s (scales %g %g) out %s seqs %d ctx0 %d "
@@ -1208,6 +1214,10 @@ static void run_attention_case(const AttnCase *c) {
                  kind ? "decode" : "prefill", hd, nh, nkv, bs, dtype_name(c->kvdt), ks, vs,
                  dtype_name(c->adt), S, c->ctx[0], c->qlen[0]);
         if (kind == 2) strncat(what, " (reversed launch order)", sizeof what - strlen(what) - 1);
+        if (kind == 3) {
+            strncat(what, " (reversed, by records)", sizeof what - strlen(what) - 1);
+            if (memcmp(oh, oh_order, ob)) fail_msg("%s: the output differs from seq_order's", what);
+        }
         double tol = tol_for(c->adt, 2e-5);
         /* the tensor-core prefill rounds q and the softmax weights to the cache's 16-bit type
          * (fp8: to the model's, adt, and the dequantized keys and values too); the tensor-core
@@ -1253,11 +1263,12 @@ static void run_attention_case(const AttnCase *c) {
             void *out1 = p.out;
             p.out = dev_poisoned(ob);
             p.seq_order = kind == 2 ? dorder : NULL;
+            p.dec_rec = kind == 3 ? drec : NULL;
             attention_decode_set_lazy(0);
             OK(attention_decode_cuda(&p, c->parts ? c->parts : attention_decode_num_parts(&p, 132),
                                      ws, g_stream));
             attention_decode_set_lazy(1);
-            p.seq_order = NULL;
+            p.seq_order = NULL, p.dec_rec = NULL;
             CK(cudaStreamSynchronize(g_stream));
             float *got2 = xmalloc((size_t)T * nh * hd * 4);
             dev_download(oh, p.out, ob);
@@ -1273,7 +1284,8 @@ static void run_attention_case(const AttnCase *c) {
         cudaFree(ws);
     }
     cudaFree(dk), cudaFree(dv), cudaFree(dq), cudaFree(dcu), cudaFree(dtab), cudaFree(dctx),
-        cudaFree(dorder);
+        cudaFree(dorder), cudaFree(drec);
+    free(oh_order);
     free(tables), free(kf), free(vf), free(kh), free(vh), free(q), free(qc),
         free(nkeys), free(tseq), free(ref), free(scratch), free(got), free(oh);
 }
@@ -1529,7 +1541,8 @@ static void test_attention_decode_fused(void **state) {
         /* a third of the cases also fused from the rows in a 16-bit type (fusion "qkv16"; q
          * unread), their values representable in it */
         const DType sdt = ci % 3 == 1 ? (ci % 2 ? DTYPE_F16 : DTYPE_BF16) : DTYPE_F32;
-        const int ways = sdt == DTYPE_F32 ? 2 : 3;
+        /* and every case fused once more by records in a shuffled launch order (p.dec_rec) */
+        const int wr = sdt == DTYPE_F32 ? 2 : 3, ways = wr + 1;
         float *qkv = xmalloc((size_t)S * ld * 4);
         for (int64_t i = 0; i < S * ld; i++)
             qkv[i] = round_to(sdt, 2 * frand());
@@ -1544,6 +1557,10 @@ static void test_attention_decode_fused(void **state) {
                 *dctx = dev_upload(ctx, sizeof ctx),
                 *dtab = dev_upload(tables, (size_t)S * maxblk * 4);
         int64_t *dslot = dev_upload(slot, sizeof slot);
+        const int32_t order[S] = {3, 4, 0, 5, 2, 1};
+        int32_t rec[S * DEC_REC_INTS];
+        attention_decode_records(order, S, ctx, cu, pos, slot, tables, maxblk, bs, rec);
+        int32_t *drec = dev_upload(rec, sizeof rec);
         AttentionParams p = {.ldq = ld,
                              .adt = adt,
                              .kvdt = kdt,
@@ -1564,12 +1581,14 @@ static void test_attention_decode_fused(void **state) {
                              .max_seqlen_k = 1000};
         const int np = parts ? parts : attention_decode_num_parts(&p, 132);
         const size_t ob = (size_t)S * nh * hd * dtype_size(adt);
-        void *out[3], *kc[3], *vc[3], *ho[3], *hk[3], *hv[3];
-        /* 0: the two launches, 1: the fused kernel, 2: fused from the 16-bit rows */
+        void *out[4], *kc[4], *vc[4], *ho[4], *hk[4], *hv[4];
+        /* 0: the two launches, 1: the fused kernel, 2: fused from the 16-bit rows, wr: fused by
+         * records */
         for (int way = 0; way < ways; way++) {
+            const int w16 = way == 2 && way != wr; /* fused from the 16-bit rows */
             float *dq =
-                way == 2 ? dev_poisoned((size_t)S * ld * 4) : dev_upload(qkv, (size_t)S * ld * 4);
-            void *dq16 = way == 2 ? dev_upload(qkv16, (size_t)S * ld * 2) : NULL;
+                w16 ? dev_poisoned((size_t)S * ld * 4) : dev_upload(qkv, (size_t)S * ld * 4);
+            void *dq16 = w16 ? dev_upload(qkv16, (size_t)S * ld * 2) : NULL;
             kc[way] = dev_upload(kh, cb), vc[way] = dev_upload(vh, cb);
             out[way] = dev_poisoned(ob);
             void *ws = dev_poisoned(attention_decode_ws_bytes(S, nh, hd, np) + 4);
@@ -1583,7 +1602,8 @@ static void test_attention_decode_fused(void **state) {
             } else {
                 pw.positions = dpos, pw.slots = dslot, pw.inv_freq = dinv;
                 pw.q_norm = norm ? dqn : NULL, pw.k_norm = norm ? dkn : NULL, pw.eps = 1e-6f;
-                if (way == 2) pw.qkv16 = dq16, pw.qkv16dt = sdt;
+                if (w16) pw.qkv16 = dq16, pw.qkv16dt = sdt;
+                if (way == wr) pw.dec_rec = drec;
             }
             OK(attention_decode_cuda(&pw, np, ws, g_stream));
             CK(cudaStreamSynchronize(g_stream));
@@ -1599,8 +1619,10 @@ static void test_attention_decode_fused(void **state) {
             char what[200];
             snprintf(what, sizeof what,
                      "fused decode%s: heads %d/%d hd %d bs %d kv %s out %s norm %d parts %d",
-                     way == 2 ? " from 16-bit rows" : "", nh, nkv, hd, bs, dtype_name(kdt),
-                     dtype_name(adt), norm, np);
+                     way == wr  ? " by records"
+                     : way == 2 ? " from 16-bit rows"
+                                : "",
+                     nh, nkv, hd, bs, dtype_name(kdt), dtype_name(adt), norm, np);
             if (memcmp(hk[0], hk[way], cb) || memcmp(hv[0], hv[way], cb))
                 fail_msg("%s: the caches differ", what);
             if (memcmp(hk[0], kh, cb) == 0) fail_msg("%s: no key was stored", what);
@@ -1615,8 +1637,8 @@ static void test_attention_decode_fused(void **state) {
         for (int way = 0; way < ways; way++)
             free(ho[way]), free(hk[way]), free(hv[way]);
         free(qkv16);
-        cudaFree(dinv), cudaFree(dqn), cudaFree(dkn), cudaFree(dpos), cudaFree(dcu),
-            cudaFree(dctx), cudaFree(dtab), cudaFree(dslot);
+        cudaFree(dinv), cudaFree(dqn), cudaFree(dkn), cudaFree(dpos), cudaFree(dcu), cudaFree(dctx),
+            cudaFree(dtab), cudaFree(dslot), cudaFree(drec);
         free(tables), free(kf), free(vf), free(kh), free(vh), free(qkv);
     }
 }
@@ -2208,8 +2230,57 @@ static void test_decode_order(void **state) {
             if (order[i] != (int32_t)(ref[i] & 0xffffffffu))
                 fail_msg("trial %d (S %d, span %d): order[%d] = %d, expected %d", trial, S, span,
                          i, order[i], (int)(ref[i] & 0xffffffffu));
+        /* folded but for the shortest quarter (or a third, or none), which stays last: the
+         * longest, the shortest of the rest, the second longest, .., then the quarter longest
+         * first */
+        for (int q = 3; q <= 4; q++) {
+            int32_t tmp[SMAX];
+            memcpy(tmp, order, sizeof(int32_t) * S);
+            const int tail = S / q, n = S - tail;
+            attention_decode_fold(tmp, S, tail, (int32_t *)keys);
+            for (int i = 0; i < S; i++) {
+                const int k = i >= n ? i : i % 2 ? n - 1 - i / 2 : i / 2;
+                if (tmp[i] != (int32_t)(ref[k] & 0xffffffffu))
+                    fail_msg("trial %d (S %d): order folded but for the last %d: [%d] = %d, "
+                             "expected %d",
+                             trial, S, tail, i, tmp[i], (int)(ref[k] & 0xffffffffu));
+            }
+        }
         /* folded: the longest, the shortest, the second longest, .. (odd S: the middle last) */
-        attention_decode_fold(order, S, (int32_t *)keys);
+        attention_decode_fold(order, S, 0, (int32_t *)keys);
+        /* the records of that order (one token a sequence, tables of 6 columns, block size 16:
+         * entry k of sequence s is 100 s + k) */
+        if (span <= 40960) {
+            enum { MB = 6 };
+            int32_t cu[SMAX + 1], pos[SMAX], tab[SMAX * MB], rec[SMAX * DEC_REC_INTS];
+            int32_t lim[SMAX];
+            int64_t slots[SMAX];
+            cu[0] = 0;
+            for (int i = 0; i < S; i++) {
+                lim[i] = ctx[i] < MB * 16 ? ctx[i] : MB * 16; /* within the 6 columns */
+                cu[i + 1] = i + 1, pos[i] = 7 * i + 1;
+                slots[i] = ((int64_t)i << 33) + 3 * i; /* past 32 bits */
+                for (int k = 0; k < MB; k++)
+                    tab[i * MB + k] = 100 * i + k;
+            }
+            attention_decode_records(order, S, lim, cu, trial % 2 ? pos : NULL,
+                                     trial % 3 ? slots : NULL, tab, MB, 16, rec);
+            for (int i = 0; i < S; i++) {
+                const int32_t *r = rec + i * DEC_REC_INTS, s = order[i];
+                const int nb = lim[s] > 0 ? (lim[s] + 15) / 16 : 0;
+                int ok =
+                    r[0] == s && r[1] == lim[s] && r[2] == s && r[3] == (trial % 2 ? 7 * s + 1 : 0);
+                for (int k = 0; k < DEC_REC_TAB; k++)
+                    ok = ok && r[4 + k] == (k < nb ? 100 * s + k : 0);
+                int64_t sl;
+                memcpy(&sl, r + 8, sizeof sl);
+                ok = ok && sl == (trial % 3 ? ((int64_t)s << 33) + 3 * s : -1) && !r[10] && !r[11];
+                if (!ok)
+                    fail_msg("trial %d: record %d (sequence %d, context %d): %d %d %d %d | %d %d "
+                             "%d %d",
+                             trial, i, s, lim[s], r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+            }
+        }
         for (int i = 0; i < S; i++) {
             const int k = i % 2 ? S - 1 - i / 2 : i / 2;
             if (order[i] != (int32_t)(ref[k] & 0xffffffffu))

@@ -40,6 +40,12 @@
 #define PRE_BQ 32
 #define PRE_BK 32
 
+/* The sequence of decode launch position z: its record's (AttentionParams.dec_rec), else
+ * seq_order's, else z itself. */
+__device__ __forceinline__ int dec_seq(const AttentionParams &p, int z) {
+    return p.dec_rec ? p.dec_rec[(int64_t)z * DEC_REC_INTS] : p.seq_order ? p.seq_order[z] : z;
+}
+
 /* Loads N elements of type C at p (aligned to N * sizeof(C) bytes, N * sizeof(C) a multiple of
  * 16 or less than 16) into f[] (fp8: times scale). */
 template <typename C, int N>
@@ -203,7 +209,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     pdl_trigger();
     using S = DecShape<C, HD>;
     constexpr int VEC = S::VEC, LANES = S::LANES, KPW = S::KPW, U = DEC_U;
-    const int part = blockIdx.x, s = p.seq_order ? p.seq_order[blockIdx.z] : blockIdx.z;
+    const int part = blockIdx.x, s = dec_seq(p, blockIdx.z);
     const int group = p.n_heads / p.n_kv_heads, chunks = (group + QH - 1) / QH;
     const int kvh = blockIdx.y / chunks, chunk = blockIdx.y % chunks;
     const int h0 = kvh * group + chunk * QH;
@@ -1463,18 +1469,26 @@ struct DtcBlock {
     int part, s, group, kvh, h0, ctx, j0, j1, t;
     bool fused;
     const int32_t *table;
+    const int32_t *rec; /* the launch position's record (AttentionParams.dec_rec), or NULL */
+    int pos;            /* with rec: the token's position (positions[t]); its slot: rec + 8 */
 };
 template <bool FUSE>
 __device__ __forceinline__ DtcBlock dtc_setup(const AttentionParams &p, int num_parts) {
     DtcBlock b;
-    b.part = blockIdx.x, b.s = p.seq_order ? p.seq_order[blockIdx.z] : blockIdx.z;
+    b.part = blockIdx.x;
     b.group = p.n_heads / p.n_kv_heads, b.kvh = blockIdx.y, b.h0 = b.kvh * b.group;
-    b.ctx = p.context_lens[b.s];
+    b.rec = p.dec_rec ? p.dec_rec + (int64_t)blockIdx.z * DEC_REC_INTS : NULL;
+    if (b.rec) { /* one 16-byte load: s, context, t, position */
+        const int4 r = *reinterpret_cast<const int4 *>(b.rec);
+        b.s = r.x, b.ctx = r.y, b.t = r.z, b.pos = r.w;
+    } else {
+        b.s = dec_seq(p, blockIdx.z), b.ctx = p.context_lens[b.s];
+        b.t = p.cu_seqlens_q[b.s + 1] - 1, b.pos = 0;
+    }
     /* partitions of whole 64-key rounds of the block's 4 warps (at batch 1 a graph's 32
      * partitions of a 1,000-key context were 32 keys each: half of every block's warps idle) */
     const int part_size = max(64, ((b.ctx + num_parts - 1) / num_parts + 63) / 64 * 64);
     b.j0 = b.part * part_size, b.j1 = min(b.ctx, b.j0 + part_size);
-    b.t = p.cu_seqlens_q[b.s + 1] - 1;
     b.table = p.block_tables + (int64_t)b.s * p.max_blocks_per_seq;
     b.fused = FUSE && b.t >= 0 && b.j0 < b.j1;
     return b;
@@ -1500,8 +1514,9 @@ __device__ __forceinline__ DtcPre dtc_pre_load(const AttentionParams &p, const D
     if constexpr (FUSE) {
         if (b.fused) {
             const int x = threadIdx.x;
-            d.pos = (float)p.positions[b.t];
-            if (b.j0 <= b.ctx - 1 && b.ctx - 1 < b.j1) d.slot = p.slots[b.t];
+            d.pos = (float)(b.rec ? b.pos : p.positions[b.t]);
+            if (b.j0 <= b.ctx - 1 && b.ctx - 1 < b.j1)
+                d.slot = b.rec ? *reinterpret_cast<const int64_t *>(b.rec + 8) : p.slots[b.t];
             if (x < HD) {
                 d.invf = p.inv_freq[x % (HD / 2)];
                 if (p.q_norm) d.qw = p.q_norm[x];
@@ -1743,20 +1758,25 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     /* the pipeline (ST > 0): step `it` of this warp (keys jb = cs + warp * 16 + it * 64)
      * copied into stage it % ST; a step past ce copies nothing but still commits a group,
      * so that the count of groups is the count of steps */
+    /* TM: lane 0 asks the copy engine for step it's tile, keys jb .., of cache block `entry` (b
+     * the keys' block in the sequence) */
+    [[maybe_unused]] auto tma_tile = [&](int it, int jb, int b, int entry) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        const int sl = (base + it) % (ST > 0 ? ST : 1), y = entry * bs + (jb - b * bs);
+        const uint32_t st = smem_addr(wst + sl * dtc_stage_bytes(sizeof(KV), HD)),
+                       bar = smem_addr(&sm_bar[warp][sl]);
+        mbar_expect_tx(bar, dtc_stage_bytes(sizeof(KV), HD));
+        tma_load_2d(st, &kmap, kvh * HD, y, bar, policy);
+        tma_load_2d(st + 16 * RB, &vmap, kvh * HD, y, bar, policy);
+#endif
+    };
     auto issue = [&](int it) {
         const int jb = cs + warp * 16 + it * DEC_WARPS * 16;
         if constexpr (TM) { /* the whole tile (rows past ce too: see the wait) */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
             if (jb < ce && lane == 0) {
-                const int sl = (base + it) % ST, b = pow2 ? jb >> bs_shift : jb / bs;
-                const int y = sm_tab[b - b0] * bs + (jb - b * bs);
-                const uint32_t st = smem_addr(wst + sl * dtc_stage_bytes(sizeof(KV), HD)),
-                               bar = smem_addr(&sm_bar[warp][sl]);
-                mbar_expect_tx(bar, dtc_stage_bytes(sizeof(KV), HD));
-                tma_load_2d(st, &kmap, kvh * HD, y, bar, policy);
-                tma_load_2d(st + 16 * RB, &vmap, kvh * HD, y, bar, policy);
+                const int b = pow2 ? jb >> bs_shift : jb / bs;
+                tma_tile(it, jb, b, sm_tab[b - b0]);
             }
-#endif
             return;
         }
         if (jb < ce) {
@@ -1787,11 +1807,50 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     /* TM: the first chunk's first tiles are asked for before the prologue, so that the copy
      * engine fetches them while the block norms and rotates its queries (dtc_early) */
     bool started = false;
+    /* TM, 2 stages, a record (AttentionParams.dec_rec) and the first partition: each warp asks for
+     * its first tile (keys 16 warp ..: DEC_REC_TAB entries cover the 4 warps' at a block size of
+     * 16 or more) from the record's table entries at once; the first chunk's entries, loaded into
+     * registers meanwhile, reach sm_tab after the prologue, which does not read them. So the
+     * first tiles wait for one load (the record), not for the order, the context, the table and
+     * two barriers. */
+    constexpr int RT = (DEC_TAB + DEC_WARPS * 32 - 1) / (DEC_WARPS * 32);
+    static_assert(DEC_REC_TAB >= DEC_WARPS, "a record holds the 4 warps' first blocks");
+    [[maybe_unused]] int32_t rtab[RT];
+    [[maybe_unused]] int rnb = 0;
+    bool rec_first = false;
+    if constexpr (TM && ST == 2) {
+        rec_first = B.rec && j0 == 0 && dtc_early(B);
+        if (rec_first) {
+            cs = 0, b0 = 0, ce = min(j1, DEC_TAB * bs);
+            rnb = (ce - 1) / bs + 1;
+#pragma unroll
+            for (int i = 0; i < RT; i++) {
+                const int k = threadIdx.x + i * DEC_WARPS * 32;
+                rtab[i] = k < rnb ? table[k] : 0;
+            }
+            const int jb = warp * 16;
+            if (jb < ce && lane == 0) {
+                const int b = pow2 ? jb >> bs_shift : jb / bs;
+                tma_tile(0, jb, b, B.rec[4 + b]);
+            }
+        }
+    }
     if constexpr (TM)
-        if (dtc_early(B)) start_chunk(), started = true;
+        if (!rec_first && dtc_early(B)) start_chunk(), started = true;
     dtc_pre_store<KV, HD, FUSE>(pre, B, sm_rope);
     if constexpr (PRE) pdl_wait(), pdl_trigger();
     dtc_prologue<KV, HD, FUSE>(p, B, (float(*)[HD])sm_q, sm_rope, pre.slot);
+    if constexpr (TM && ST == 2) {
+        if (rec_first) { /* the first chunk's entries (its first tiles asked for above) */
+#pragma unroll
+            for (int i = 0; i < RT; i++) {
+                const int k = threadIdx.x + i * DEC_WARPS * 32;
+                if (k < rnb) sm_tab[k] = rtab[i];
+            }
+            __syncthreads();
+            started = true;
+        }
+    }
     /* TM: the key the prologue stored (its row in the cache is not ordered with the copy engine's
      * reads), where this block holds it */
     [[maybe_unused]] const int last = TM && pre.slot >= 0 ? B.ctx - 1 : -1; /* TM only */

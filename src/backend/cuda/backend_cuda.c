@@ -157,12 +157,17 @@ typedef struct {
      * then the inputs go by cudaMemcpyAsync (CVLLM_CUDA_INPUTS=copy, or no mapping) */
     char *h_in_dev;
     size_t in_bytes;
-    int32_t *d_ids, *d_pos, *d_cu_q, *d_ctx, *d_lidx, *d_tables, *d_order;
+    int32_t *d_ids, *d_pos, *d_cu_q, *d_ctx, *d_lidx, *d_tables, *d_order, *d_rec;
     int64_t *d_slots;
-    int32_t *h_ids, *h_pos, *h_cu_q, *h_ctx, *h_lidx, *h_tables, *h_order;
+    int32_t *h_ids, *h_pos, *h_cu_q, *h_ctx, *h_lidx, *h_tables, *h_order, *h_rec;
     int order_decode; /* the decode blocks' launch order: 0 batch order, 1 longest context
                        * first, 2 that order folded, -1 the cache type's (CVLLM_CUDA_DEC_ORDER;
                        * stage_order) */
+    int dec_tail;     /* a folded order: the shortest dec_tail % of the lanes last, unfolded
+                       * (CVLLM_CUDA_DEC_TAIL=0..100, default 25) */
+    int dec_rec;      /* with an order: the decode attention reads each launch position's facts
+                       * from one record (AttentionParams.dec_rec, sent in place of the order;
+                       * CVLLM_CUDA_DEC_REC=0: the order and the arrays) */
     int silu_pair;    /* one-token steps: the gate/up GEMV applies SiLU (fusion "silu"; only
                        * where gemv.cu takes the shapes and its grid is one wave:
                        * gemv_silu_pair_one_wave; set by alloc_workspace) */
@@ -545,17 +550,19 @@ static size_t carve_inputs(CudaBackend *c, char *base, int dev) {
     int32_t *tok = carve(base, &off, S * 4), *top = carve(base, &off, tops);
     float *lp = carve(base, &off, S * 4), *tlp = carve(base, &off, tops);
     int32_t *order = carve(base, &off, S * 4), *bcast = carve(base, &off, S * 4);
+    int32_t *rec = carve(base, &off, S * DEC_REC_INTS * 4);
     if (!base) return off;
     if (dev) {
         c->d_ids = ids, c->d_pos = pos, c->d_slots = slots, c->d_cu_q = cu, c->d_ctx = ctx;
         c->d_lidx = lidx, c->d_tables = tables, c->d_rows = rows, c->d_hist = hist;
         c->d_tok = tok, c->d_top = top, c->d_lp = lp, c->d_tlp = tlp, c->d_order = order;
-        c->d_bcast = bcast;
+        c->d_bcast = bcast, c->d_rec = rec;
     } else {
         (void)bcast;
         c->h_ids = ids, c->h_pos = pos, c->h_slots = slots, c->h_cu_q = cu, c->h_ctx = ctx;
         c->h_lidx = lidx, c->h_tables = tables, c->h_rows = rows, c->h_hist = hist;
         c->h_tok = tok, c->h_top = top, c->h_lp = lp, c->h_tlp = tlp, c->h_order = order;
+        c->h_rec = rec;
     }
     return off;
 }
@@ -581,6 +588,12 @@ static int alloc_workspace(CudaBackend *c) {
         const char *e = getenv("CVLLM_CUDA_DEC_ORDER");
         const int v = e && *e ? atoi(e) : -1;
         c->order_decode = !e || !*e ? -1 : v >= 0 && v <= 2 ? v : 1;
+    }
+    c->dec_rec = cuda_env_flag("CVLLM_CUDA_DEC_REC", 1);
+    {
+        const char *e = getenv("CVLLM_CUDA_DEC_TAIL");
+        const int v = e && *e ? atoi(e) : 25;
+        c->dec_tail = v < 0 ? 0 : v > 100 ? 100 : v;
     }
     c->order_keys = xmalloc((size_t)c->Smax * sizeof *c->order_keys);
     const size_t T = (size_t)c->Tmax, S = (size_t)c->Smax, es = dtype_size(c->adt);
@@ -1019,7 +1032,9 @@ static int run_model(CudaBackend *c, const ModelLaunch *m) {
                           .max_blocks_per_seq = c->max_blocks,
                           .max_seqlen_q = m->max_q,
                           .max_seqlen_k = m->max_k,
-                          .seq_order = m->decode && c->order_decode ? c->d_order : NULL};
+                          .seq_order =
+                              m->decode && c->order_decode && !c->dec_rec ? c->d_order : NULL,
+                          .dec_rec = m->decode && c->order_decode && c->dec_rec ? c->d_rec : NULL};
     const int pair = T == 1 && c->silu_pair;
     /* at most FUSE_QK_MAX_SEQS sequences: there the separate launch is a latency of its own
      * (batch-1 decode +1.3%); at large batches each attention block's prologue delays its K/V
@@ -1186,7 +1201,10 @@ static int copy_inputs(CudaBackend *c, int T, int S, int n_logits, int order,
     SEG(c->d_cu_q, c->h_cu_q, (size_t)(S + 1) * 4);
     SEG(c->d_ctx, c->h_ctx, (size_t)S * 4);
     if (n_logits > 0) SEG(c->d_lidx, c->h_lidx, (size_t)n_logits * 4);
-    if (order) SEG(c->d_order, c->h_order, (size_t)S * 4);
+    if (order && c->dec_rec) /* the records carry the order */
+        SEG(c->d_rec, c->h_rec, (size_t)S * DEC_REC_INTS * 4);
+    else if (order)
+        SEG(c->d_order, c->h_order, (size_t)S * 4);
     if (used > 0 && c->h_in_dev && used <= tables_mapped_max()) {
         g.rows[g.n] = S, g.src_pitch[g.n] = g.dst_pitch[g.n] = (int64_t)pitch;
         SEG(c->d_tables, c->h_tables, (size_t)w * 4);
@@ -1234,10 +1252,30 @@ void attention_decode_order(const int32_t *ctx, int S, uint64_t *scratch, int32_
     if (src != order) memcpy(order, src, (size_t)S * sizeof *order);
 }
 
-void attention_decode_fold(int32_t *order, int S, int32_t *scratch) {
-    for (int i = 0; i < S; i++)
-        scratch[i] = order[i % 2 ? S - 1 - i / 2 : i / 2];
-    memcpy(order, scratch, (size_t)S * sizeof *order);
+void attention_decode_records(const int32_t *order, int S, const int32_t *context_lens,
+                              const int32_t *cu_seqlens_q, const int32_t *positions,
+                              const int64_t *slots, const int32_t *block_tables,
+                              int max_blocks_per_seq, int block_size, int32_t *rec) {
+    for (int i = 0; i < S; i++) {
+        const int s = order[i], ctx = context_lens[s], t = cu_seqlens_q[s + 1] - 1;
+        const int nb = ctx > 0 ? (ctx + block_size - 1) / block_size : 0;
+        int32_t *r = rec + (size_t)i * DEC_REC_INTS;
+        r[0] = s, r[1] = ctx, r[2] = t, r[3] = positions && t >= 0 ? positions[t] : 0;
+        for (int k = 0; k < DEC_REC_TAB; k++)
+            r[4 + k] = k < nb && k < max_blocks_per_seq
+                           ? block_tables[(size_t)s * max_blocks_per_seq + k]
+                           : 0;
+        const int64_t slot = slots && t >= 0 ? slots[t] : -1;
+        memcpy(r + 8, &slot, sizeof slot);
+        r[10] = r[11] = 0;
+    }
+}
+
+void attention_decode_fold(int32_t *order, int S, int tail, int32_t *scratch) {
+    const int n = tail < 0 ? S : tail > S ? 0 : S - tail; /* the folded ones */
+    for (int i = 0; i < n; i++)
+        scratch[i] = order[i % 2 ? n - 1 - i / 2 : i / 2];
+    memcpy(order, scratch, (size_t)n * sizeof *order);
 }
 
 /* The decode attention's launch order of the S staged lanes (h_order; copy_inputs sends it):
@@ -1256,7 +1294,10 @@ static int stage_order(CudaBackend *c, int S) {
     if (!c->order_decode) return 0;
     attention_decode_order(c->h_ctx, S, c->order_keys, c->h_order);
     const int fold = c->order_decode < 0 ? c->kvdt == DTYPE_FP8_E4M3 : c->order_decode == 2;
-    if (fold) attention_decode_fold(c->h_order, S, (int32_t *)c->order_keys);
+    if (fold) attention_decode_fold(c->h_order, S, S * c->dec_tail / 100, (int32_t *)c->order_keys);
+    if (c->dec_rec)
+        attention_decode_records(c->h_order, S, c->h_ctx, c->h_cu_q, c->h_pos, c->h_slots,
+                                 c->h_tables, c->max_blocks, c->block_size, c->h_rec);
     return 1;
 }
 

@@ -447,7 +447,7 @@ static int bench_attention(int num_sms, cudaStream_t st) {
                     ms = time_ms(attn_launch, &a, st, 20);
                     printf("  B %3d  context %5d  parts %2d  %8.4f ms  %7.0f GB/s  longest first\n",
                            B, C, a.parts, ms, 2.0 * B * C * nkv * hd * es / (ms * 1e6));
-                    attention_decode_fold(ord, B, (int32_t *)keys);
+                    attention_decode_fold(ord, B, 0, (int32_t *)keys);
                     cudaMemcpy(order, ord, B * 4, cudaMemcpyHostToDevice);
                     ms = time_ms(attn_launch, &a, st, 20);
                     printf("  B %3d  context %5d  parts %2d  %8.4f ms  %7.0f GB/s  folded\n", B,

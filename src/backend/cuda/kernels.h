@@ -171,6 +171,12 @@ typedef struct {
     /* decode: the order in which the sequences' blocks are launched ([num_seqs], a permutation:
      * longest context first, so that the blocks that start last are short ones), or NULL */
     const int32_t *seq_order;
+    /* decode, optional with seq_order: each launch position's facts in one record, so that a
+     * block's first tiles wait for one load instead of three dependent ones (the order, then the
+     * context length and query token, then the block table): DEC_REC_INTS words a position i,
+     * and the prologue's token position and slot wait for none after it:
+     * attention_decode_records' (below). NULL: read from the arrays above. */
+    const int32_t *dec_rec;
     /* decode, optional (positions non-NULL): q is the qkv product's raw rows (q heads, then k,
      * then v heads, each hd wide) and the kernel does qk_norm_rope_store_cuda's work for the
      * step's tokens itself: each block norms and rotates its query heads (q_norm; NULL: no norm),
@@ -225,10 +231,25 @@ void attention_decode_set_lazy(int on);
  * blocks to start, are the shortest (a long context starting late was a step's tail); a context
  * of 0 or less counts as 0. scratch: S 64-bit words. */
 void attention_decode_order(const int32_t *ctx, int S, uint64_t *scratch, int32_t *order);
-/* An order of S lanes folded, in place: order[0], order[S - 1], order[1], order[S - 2], .. (of a
- * longest-first order: the longest, the shortest, the second longest, ..; the backend's order for
- * an fp8 cache, whose blocks of a wave then end at different times). scratch: S words. */
-void attention_decode_fold(int32_t *order, int S, int32_t *scratch);
+/* An order of S lanes folded, in place, but for its last `tail` (0 <= tail <= S), which stay
+ * where they are: order[0], order[S - tail - 1], order[1], order[S - tail - 2], .., then
+ * order[S - tail] .. order[S - 1] (of a longest-first order: the longest, the shortest of the
+ * folded ones, the second longest, .., and last the `tail` shortest, longest first; the
+ * backend's order for an fp8 cache, whose blocks of a wave then end at different times, and whose
+ * launch ends on short blocks). scratch: S words. */
+void attention_decode_fold(int32_t *order, int S, int tail, int32_t *scratch);
+/* The decode records of AttentionParams.dec_rec (host code, backend_cuda.c), DEC_REC_INTS words a
+ * launch position i (16-byte aligned): s = order[i], context_lens[s], the query token t =
+ * cu_seqlens_q[s + 1] - 1, positions[t] (0 where positions is NULL or t < 0); the sequence's
+ * block-table entries 0 .. DEC_REC_TAB - 1 (0 past its context's blocks): those of the keys a
+ * first partition's warps ask for first (block_size >= 16); slots[t] as an int64 in words 8-9 (-1
+ * where slots is NULL or t < 0), words 10-11 zero. */
+#define DEC_REC_INTS 12
+#define DEC_REC_TAB 4
+void attention_decode_records(const int32_t *order, int S, const int32_t *context_lens,
+                              const int32_t *cu_seqlens_q, const int32_t *positions,
+                              const int64_t *slots, const int32_t *block_tables,
+                              int max_blocks_per_seq, int block_size, int32_t *rec);
 
 /* Prefill (varlen, causal, cached prefix read through the block table): flash-attention style,
  * a block per (32-query tile, query head, sequence), keys in 32-key shared-memory tiles with an
