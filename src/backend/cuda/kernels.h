@@ -171,11 +171,12 @@ typedef struct {
     /* decode: the order in which the sequences' blocks are launched ([num_seqs], a permutation:
      * longest context first, so that the blocks that start last are short ones), or NULL */
     const int32_t *seq_order;
-    /* decode, optional with seq_order: each launch position's facts in one record, so that a
-     * block's first tiles wait for one load instead of three dependent ones (the order, then the
-     * context length and query token, then the block table): DEC_REC_INTS words a position i,
-     * and the prologue's token position and slot wait for none after it:
-     * attention_decode_records' (below). NULL: read from the arrays above. */
+    /* decode, optional, in place of seq_order (not read where this is set): each launch
+     * position's sequence and facts in one record, so that a block's first tiles wait for one
+     * load instead of three dependent ones (the order, then the context length and query token,
+     * then the block table), and the prologue's token position and slot for none after it:
+     * DEC_REC_INTS words a position, attention_decode_records' (below). NULL: the order and the
+     * arrays above. */
     const int32_t *dec_rec;
     /* decode, optional (positions non-NULL): q is the qkv product's raw rows (q heads, then k,
      * then v heads, each hd wide) and the kernel does qk_norm_rope_store_cuda's work for the
