@@ -2271,9 +2271,9 @@ static void test_decode_order(void **state) {
                 int ok =
                     r[0] == s && r[1] == lim[s] && r[2] == s && r[3] == (trial % 2 ? 7 * s + 1 : 0);
                 for (int k = 0; k < DEC_REC_TAB; k++)
-                    ok = ok && r[4 + k] == (k < nb ? 100 * s + k : 0);
+                    ok = ok && r[DEC_REC_TAB0 + k] == (k < nb ? 100 * s + k : 0);
                 int64_t sl;
-                memcpy(&sl, r + 8, sizeof sl);
+                memcpy(&sl, r + DEC_REC_SLOT, sizeof sl);
                 ok = ok && sl == (trial % 3 ? ((int64_t)s << 33) + 3 * s : -1) && !r[10] && !r[11];
                 if (!ok)
                     fail_msg("trial %d: record %d (sequence %d, context %d): %d %d %d %d | %d %d "

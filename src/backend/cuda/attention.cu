@@ -185,14 +185,22 @@ __device__ __forceinline__ void decode_merge_store(const AttentionParams &p,
     }
 }
 
-/* The block-table entries of a decode block's keys from cs on, into sm_tab, once every thread is
- * done with the last ones: up to DEC_TAB blocks' worth, to j1 at most. Returns the end of those
- * keys (ce); b0 is the block of key cs (entry i of sm_tab: block b0 + i). */
-__device__ __forceinline__ int dec_stage_table(int32_t *sm_tab, const int32_t *table, int cs, int j1,
-                                               int bs, int &b0) {
+/* A decode block's chunk of keys from cs on (cs < j1): up to DEC_TAB blocks' worth, to j1 at most.
+ * Returns its end (ce); b0: the block of key cs, nb: the chunk's block-table entries (b0 ..). */
+__device__ __forceinline__ int dec_chunk(int cs, int j1, int bs, int &b0, int &nb) {
     b0 = cs / bs;
     const int ce = min(j1, (b0 + DEC_TAB) * bs);
-    const int nb = (ce - 1) / bs - b0 + 1;
+    nb = (ce - 1) / bs - b0 + 1;
+    return ce;
+}
+
+/* The block-table entries of a decode block's chunk from cs on (dec_chunk), into sm_tab, once
+ * every thread is done with the last ones. Returns the chunk's end (ce); b0 is the block of key cs
+ * (entry i of sm_tab: block b0 + i). */
+__device__ __forceinline__ int dec_stage_table(int32_t *sm_tab, const int32_t *table, int cs,
+                                               int j1, int bs, int &b0) {
+    int nb;
+    const int ce = dec_chunk(cs, j1, bs, b0, nb);
     __syncthreads(); /* the previous chunk's entries are no longer read */
     for (int i = threadIdx.x; i < nb; i += blockDim.x)
         sm_tab[i] = table[b0 + i];
@@ -1470,7 +1478,7 @@ struct DtcBlock {
     bool fused;
     const int32_t *table;
     const int32_t *rec; /* the launch position's record (AttentionParams.dec_rec), or NULL */
-    int pos;            /* with rec: the token's position (positions[t]); its slot: rec + 8 */
+    int pos; /* with rec: the token's position (positions[t]); its slot: rec + DEC_REC_SLOT */
 };
 template <bool FUSE>
 __device__ __forceinline__ DtcBlock dtc_setup(const AttentionParams &p, int num_parts) {
@@ -1516,7 +1524,8 @@ __device__ __forceinline__ DtcPre dtc_pre_load(const AttentionParams &p, const D
             const int x = threadIdx.x;
             d.pos = (float)(b.rec ? b.pos : p.positions[b.t]);
             if (b.j0 <= b.ctx - 1 && b.ctx - 1 < b.j1)
-                d.slot = b.rec ? *reinterpret_cast<const int64_t *>(b.rec + 8) : p.slots[b.t];
+                d.slot =
+                    b.rec ? *reinterpret_cast<const int64_t *>(b.rec + DEC_REC_SLOT) : p.slots[b.t];
             if (x < HD) {
                 d.invf = p.inv_freq[x % (HD / 2)];
                 if (p.q_norm) d.qw = p.q_norm[x];
@@ -1821,8 +1830,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
     if constexpr (TM && ST == 2) {
         rec_first = B.rec && j0 == 0 && dtc_early(B);
         if (rec_first) {
-            cs = 0, b0 = 0, ce = min(j1, DEC_TAB * bs);
-            rnb = (ce - 1) / bs + 1;
+            cs = 0, ce = dec_chunk(0, j1, bs, b0, rnb);
 #pragma unroll
             for (int i = 0; i < RT; i++) {
                 const int k = threadIdx.x + i * DEC_WARPS * 32;
@@ -1831,7 +1839,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, MINB)
             const int jb = warp * 16;
             if (jb < ce && lane == 0) {
                 const int b = pow2 ? jb >> bs_shift : jb / bs;
-                tma_tile(0, jb, b, B.rec[4 + b]);
+                tma_tile(0, jb, b, B.rec[DEC_REC_TAB0 + b]);
             }
         }
     }

@@ -1262,12 +1262,13 @@ void attention_decode_records(const int32_t *order, int S, const int32_t *contex
         int32_t *r = rec + (size_t)i * DEC_REC_INTS;
         r[0] = s, r[1] = ctx, r[2] = t, r[3] = positions && t >= 0 ? positions[t] : 0;
         for (int k = 0; k < DEC_REC_TAB; k++)
-            r[4 + k] = k < nb && k < max_blocks_per_seq
-                           ? block_tables[(size_t)s * max_blocks_per_seq + k]
-                           : 0;
+            r[DEC_REC_TAB0 + k] = k < nb && k < max_blocks_per_seq
+                                      ? block_tables[(size_t)s * max_blocks_per_seq + k]
+                                      : 0;
         const int64_t slot = slots && t >= 0 ? slots[t] : -1;
-        memcpy(r + 8, &slot, sizeof slot);
-        r[10] = r[11] = 0;
+        memcpy(r + DEC_REC_SLOT, &slot, sizeof slot);
+        for (int k = DEC_REC_SLOT + 2; k < DEC_REC_INTS; k++)
+            r[k] = 0;
     }
 }
 

@@ -247,6 +247,8 @@ void attention_decode_fold(int32_t *order, int S, int tail, int32_t *scratch);
  * where slots is NULL or t < 0), words 10-11 zero. */
 #define DEC_REC_INTS 12
 #define DEC_REC_TAB 4
+#define DEC_REC_TAB0 4 /* the word of block-table entry 0 */
+#define DEC_REC_SLOT 8 /* the word of the slot (two words) */
 void attention_decode_records(const int32_t *order, int S, const int32_t *context_lens,
                               const int32_t *cu_seqlens_q, const int32_t *positions,
                               const int64_t *slots, const int32_t *block_tables,
