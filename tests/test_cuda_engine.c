@@ -16,7 +16,8 @@
  *    sequences are preempted: greedy ids identical to the baseline run (graphs on, one batch)
  *    unless at a near tie of the baseline's own logits (printed);
  *  - a seeded sampled request (temperature 0.8, top-p 0.9, top-k 40) gives the CPU's ids until
- *    the logits part (printed: how many tokens agree);
+ *    the logits part (printed: how many tokens agree), and so does one with temperature 0.8
+ *    alone (the exponential race); both exactly on an f32 model;
  *  - bad input: a prompt longer than the KV cache is refused with a message, and a GPU memory
  *    budget too small for one KV block fails at create with a message;
  *  - an fp8 KV cache (--kv-cache-dtype fp8) on the golden prompts: greedy agreement with a bf16
@@ -141,7 +142,8 @@ static void hook(void *ctx, int64_t request_id, const float *logits, int vocab) 
 
 typedef struct {
     CvllmDevice device;
-    int eager, no_prefix, chunk, one_by_one, kv_tokens, sampled;
+    int eager, no_prefix, chunk, one_by_one, kv_tokens;
+    int sampled; /* 0 greedy; 1 seeded, t 0.8, top-p 0.9, top-k 40; 2 seeded, t 0.8 alone */
     int no_hook; /* no logits hook: the engine's asynchronous steps (the hook runs one at a time) */
     CvllmKvDtype kv_dtype;
     int tp; /* tensor-parallel size (0: 1) */
@@ -215,6 +217,7 @@ static int run_engine(const char *model, const Reference *ref, const RunCfg *c, 
     cvllm_sampling_params_default(&p);
     p.temperature = 0;
     if (c->sampled) p.temperature = 0.8f, p.top_p = 0.9f, p.top_k = 40, p.seed = 42;
+    if (c->sampled == 2) p.top_p = 1.0f, p.top_k = 0; /* a temperature alone: the race */
     p.ignore_eos = 1;
     p.max_tokens = ref->max_new;
     int fail = 0;
@@ -407,6 +410,23 @@ static void check_model(const char *model, const char *reference) {
     printf("    seeded sampling, asynchronous steps: %s\n", same ? "the same ids" : "FAIL: differ");
     bad += !same;
     run_free(&ga);
+    run_free(&cs), run_free(&gs);
+    /* a temperature alone (the exponential race: the race kernel on the GPU, asynchronous
+     * steps): the CPU's ids until the logits part; exactly where the model is f32 */
+    RunCfg ccr = {.device = CVLLM_DEVICE_CPU, .sampled = 2},
+           gcr = {.device = CVLLM_DEVICE_CUDA, .sampled = 2, .no_hook = 1};
+    assert_int_equal(run_engine(model, &ref, &ccr, &cs), 0);
+    assert_int_equal(run_engine(model, &ref, &gcr, &gs), 0);
+    agree = 0, total = 0;
+    for (int i = 0; i < ref.n; i++) {
+        int k = first_diff(&gs, &cs, i, ref.max_new);
+        agree += k < 0 ? ref.max_new : k;
+        total += ref.max_new;
+    }
+    printf("    seeded sampling (t 0.8 alone, seed 42): %d of %d tokens as the CPU's before the "
+           "first parting\n",
+           agree, total);
+    if (f32 && agree != total) bad++;
     run_free(&cs), run_free(&gs);
     run_free(&cpu), run_free(&gpu);
     free_reference(&ref);

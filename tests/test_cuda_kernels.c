@@ -14,9 +14,11 @@
  * overflow bit for bit against common.c's, and attention against the CPU twin reading the same
  * quantized cache with the same scales (so at the f32 / bf16 / f16 tolerances above).
  * The sampler is compared draw for draw with a slow sort-based sampler written here from
- * backend.h's semantics (same Philox uniforms): greedy ids and log-probs must match; sampled ids
- * may differ only where the uniform falls within rounding of a boundary (counted, at most 1%),
- * and the empirical distribution of 4000 draws is within total-variation 0.05 of the exact one. */
+ * backend.h's semantics (same Philox uniforms; rows without a filter: the exponential race with
+ * the same per-id uniforms, keys in double): greedy ids and log-probs must match; sampled ids
+ * may differ only where the uniform falls within rounding of a boundary, or two race keys lie
+ * within rounding (counted, at most 1%), and the empirical distribution of 4000 draws is within
+ * total-variation 0.05 of the exact one. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1663,7 +1665,8 @@ static int by_weight(const void *a, const void *b) {
 }
 
 /* backend.h's semantics, slowly: penalties, temperature, sort, top-k, top-p, min-p, draw in id
- * order. *p_out: the exact probability of each token (for the distribution test), or NULL. */
+ * order; with no filter, the exponential race instead of the draw. *p_out: the exact probability
+ * of each token (for the distribution test), or NULL. */
 static int ref_sample(const float *raw, int V, const RefRow *r, double *p_out) {
     float *x = xmalloc(V * 4), *w = xmalloc(V * 4);
     int *idx = xmalloc(V * sizeof(int));
@@ -1728,6 +1731,19 @@ static int ref_sample(const float *raw, int V, const RefRow *r, double *p_out) {
             tok = i;
             cum += w[i];
             if (cum > target) break;
+        }
+        if (!(r->top_k > 0 && r->top_k < V) && !(r->top_p > 0 && r->top_p < 1) &&
+            !(r->min_p > 0)) { /* no filter: the exponential race (philox.h), keys in double */
+            const CvllmRaceKey k = cvllm_race_key(r->seed, r->index);
+            double best = -INFINITY;
+            tok = -1;
+            for (int i = 0; i < V; i++) {
+                if (isnan(x[i])) continue;
+                const double key =
+                    x[i] - (double)r->temperature * log(-log((double)cvllm_race_uniform(k, i)));
+                if (tok < 0 || key > best) best = key, tok = i;
+            }
+            if (tok < 0) tok = imax;
         }
         free(keep);
     } else if (p_out) {
@@ -2109,6 +2125,93 @@ static void test_sampler_ranges(void **state) {
     }
 }
 
+/* The race kernel (rows that are greedy or a temperature alone: the exponential race, a row over
+ * many blocks, their best words joined by atomicMax) against the one-block kernel (no host rows)
+ * and the cluster kernels (CVLLM_CUDA_SAMPLER=norace) on the same rows: the same token for every
+ * row, log-prob 0, the scratch left zeroed (run_sampler); and against the reference (keys in
+ * double) and the CPU sampler, which may differ only where two keys are within rounding. Rows:
+ * random, greedy, the best logit tied across blocks' pieces, NaN and -inf among the logits, all
+ * NaN (0), all -inf (0), +inf twice (the lower id), a tiny and a large temperature;
+ * vocabularies of one partial piece, unaligned rows, exactly one piece, one piece and one id,
+ * and Qwen3's; f32 and bf16 logits. */
+static void test_sampler_race(void **state) {
+    (void)state;
+    const int Vs[] = {7, 33, 1001, 4096, 4097, 151936};
+    for (int vi = 0; vi < 6; vi++)
+        for (int rep = 0; rep < 4; rep++) {
+            const int V = Vs[vi], n = rep == 0 ? 1 : rep == 1 ? 10 : V > 5000 ? 40 : 300;
+            if (small_run() > 1 && V > 5000) continue;
+            float *logits = xmalloc((size_t)n * V * 4);
+            for (int64_t i = 0; i < (int64_t)n * V; i++)
+                logits[i] = 4 * frand();
+            RefRow *rr = xcalloc(n, sizeof *rr);
+            static const float temps[10] = {0.6f, 0, 0.6f, 1.3f, 1, 0.7f, 0.8f, 1e-3f, 5, 1};
+            for (int r = 0; r < n; r++) {
+                float *x = logits + (int64_t)r * V;
+                const int kind = (r + rep) % 10;
+                rr[r] = (RefRow){.temperature = temps[kind],
+                                 .top_p = 1,
+                                 .rep = 1,
+                                 .num_logprobs = -1,
+                                 .seed = 7 + 100 * rep + r,
+                                 .index = (uint64_t)(r * 5 + rep)};
+                if (kind == 2) /* the best logit tied, across pieces */
+                    for (int i = 0; i < V; i += 97)
+                        x[i] = 5.0f;
+                if (kind == 3)
+                    for (int i = 1; i < V; i += 3)
+                        x[i] = i % 2 ? NAN : -INFINITY;
+                if (kind == 4)
+                    for (int i = 0; i < V; i++)
+                        x[i] = NAN;
+                if (kind == 5)
+                    for (int i = 0; i < V; i++)
+                        x[i] = -INFINITY;
+                if (kind == 6) x[V / 2] = x[V - 1] = INFINITY;
+            }
+            g_sampler_bf16 = rep % 2;
+            if (g_sampler_bf16) round_bf16(logits, (int64_t)n * V);
+            int32_t *tok[3];
+            float *lp[3];
+            static const char *const way_env[3] = {NULL, NULL, "norace"};
+            for (int way = 0; way < 3; way++) { /* block, race (the default), cluster */
+                tok[way] = xmalloc(n * 4), lp[way] = xmalloc(n * 4);
+                g_sampler_host_rows = way > 0;
+                if (way_env[way]) setenv("CVLLM_CUDA_SAMPLER", way_env[way], 1);
+                run_sampler(logits, n, V, rr, tok[way], lp[way], NULL, NULL);
+                unsetenv("CVLLM_CUDA_SAMPLER");
+            }
+            g_sampler_host_rows = g_sampler_bf16 = 0;
+            int mism = 0, mism_cpu = 0;
+            for (int r = 0; r < n; r++) {
+                for (int way = 1; way < 3; way++) {
+                    if (tok[way][r] != tok[0][r])
+                        fail_msg("race sampler (%s) V %d rows %d row %d (kind %d, %s): token %d, "
+                                 "the one-block kernel's %d",
+                                 way == 1 ? "race kernel" : "cluster kernels", V, n, r,
+                                 (r + rep) % 10, rep % 2 ? "bf16" : "f32", tok[way][r], tok[0][r]);
+                    if (lp[way][r] != 0.0f) fail_msg("race sampler: log-prob %g", lp[way][r]);
+                }
+                const float *x = logits + (int64_t)r * V;
+                const int want = ref_sample(x, V, &rr[r], NULL);
+                const int cwant = cpu_sample(x, V, &rr[r], NULL, NULL, NULL);
+                const int kind = (r + rep) % 10;
+                if (tok[1][r] != want && (kind == 1 || kind == 4 || kind == 5 || kind == 6))
+                    fail_msg("race sampler V %d row %d (kind %d): token %d, want %d", V, r, kind,
+                             tok[1][r], want);
+                mism += tok[1][r] != want;
+                mism_cpu += tok[1][r] != cwant;
+            }
+            printf("  race sampler V %d rows %d%s: %d differ from the reference, %d from the CPU "
+                   "sampler\n",
+                   V, n, rep % 2 ? " (bf16)" : "", mism, mism_cpu);
+            assert_true(mism <= 1 && mism_cpu <= 1);
+            for (int way = 0; way < 3; way++)
+                free(tok[way]), free(lp[way]);
+            free(rr), free(logits);
+        }
+}
+
 /* The cluster kernels (rows with temperature / min-p only: a row over 8 blocks) against the
  * one-block kernel on the same rows: the same token for every row, and log-prob 0. The staged
  * kernel (the default where a row is 16-byte aligned: V a multiple of 4 in f32, of 8 in bf16; as
@@ -2359,6 +2462,7 @@ int main(void) {
         cmocka_unit_test(test_sampler_distribution),
         cmocka_unit_test(test_sampler_ranges),
         cmocka_unit_test(test_sampler_cluster),
+        cmocka_unit_test(test_sampler_race),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     cudaStreamDestroy(g_stream);

@@ -60,7 +60,8 @@ static int32_t sample_copy(const float *logits, int vocab, const SamplingParams 
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Slow reference: full sort by (prob desc, id asc), filters on the sorted list, the same u. */
+ * Slow reference: full sort by (prob desc, id asc), filters on the sorted list, the same u; with
+ * no filter, the race over every key. */
 
 static const float *ref_p;
 static int ref_cmp(const void *a, const void *b) {
@@ -69,7 +70,27 @@ static int ref_cmp(const void *a, const void *b) {
     return x < y ? -1 : 1;
 }
 
-static int32_t reference_sample(const float *logits, int vocab, const SamplingParams *p, double u) {
+/* Without a filter (top-k, top-p, min-p): the exponential race (philox.h), slowly: every key in
+ * double, the largest key's id (the lowest on ties), the uniforms of draw (seed, index). */
+static int32_t reference_race(const float *logits, int vocab, const SamplingParams *p,
+                              uint64_t seed, uint64_t index) {
+    const CvllmRaceKey k = cvllm_race_key(seed, index);
+    int32_t tok = -1;
+    double best = -INFINITY;
+    for (int i = 0; i < vocab; i++) {
+        if (isnan(logits[i])) continue;
+        const double u = cvllm_race_uniform(k, (uint32_t)i);
+        const double key = logits[i] - (double)p->temperature * log(-log(u));
+        if (tok < 0 || key > best) best = key, tok = i;
+    }
+    return tok < 0 ? 0 : tok;
+}
+
+static int32_t reference_sample(const float *logits, int vocab, const SamplingParams *p, double u,
+                                uint64_t seed, uint64_t index) {
+    if (!(p->top_k > 0 && p->top_k < vocab) && !(p->top_p > 0 && p->top_p < 1) &&
+        !(p->min_p > 0))
+        return reference_race(logits, vocab, p, seed, index);
     float m = logits[0];
     for (int i = 1; i < vocab; i++)
         if (logits[i] > m) m = logits[i];
@@ -351,6 +372,7 @@ static void test_matches_reference_on_large_vocab(void **state) {
         params(1.0f, 50, 1, 0, 3),        params(0.7f, 50, 0.9f, 0.05f, 4),
         params(1.0f, 0, 1, 0.1f, 5),      params(1.3f, 0, 0.99f, 0, 6),
         params(1.0f, 20000, 0.5f, 0, 7),  params(0.6f, 1, 1, 0, 8),
+        params(0.6f, 0, 1, 0, 9),         params(2.0f, 0, 1, 0, 10),
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         Sequence *s = make_seq(&cases[c]);
@@ -360,7 +382,7 @@ static void test_matches_reference_on_large_vocab(void **state) {
             for (int i = 0; i < V; i++) logits[i] = (float)((rnd() - 0.5) * scale);
             Sequence probe = *s; /* same generator state: the same u */
             double u = sequence_next_uniform(&probe);
-            int32_t want = reference_sample(logits, V, &cases[c], u);
+            int32_t want = reference_sample(logits, V, &cases[c], u, s->seed, (uint64_t)s->n);
             float *x = malloc((size_t)V * sizeof(float));
             memcpy(x, logits, (size_t)V * sizeof(float));
             int32_t got = sample_with(x, V, &cases[c], s, scratch);

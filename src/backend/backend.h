@@ -24,8 +24,12 @@
  *
  * Sampling semantics (every backend): logits -> penalties (repetition on prompt+output ids,
  * presence/frequency on output ids, as vLLM) -> temperature -> top-k -> top-p -> min-p ->
- * renormalize -> draw with the uniform u = cvllm_uniform(seed, output_index) (src/common.h:
+ * renormalize -> draw with the uniform u = cvllm_uniform(seed, output_index) (src/backend/philox.h:
  * Philox4x32-10, counter-based, so a request's draws depend neither on its batch nor the device).
+ * With a temperature and no filter (top-k, top-p, min-p), the token is instead the winner of the
+ * exponential race (the Gumbel-max trick, as vLLM and nano-vllm sample): the largest
+ * x_i - T ln(-ln u_i) over the penalized logits x, u_i = cvllm_race_uniform(cvllm_race_key(seed,
+ * output_index), i), lowest id on ties: the same distribution, in one pass over the row.
  * Temperature 0: argmax (lowest id on ties, NaN never wins). Log-probs: log_softmax of the raw
  * logits (before penalties and temperature), the sampled id's and the top k (best first, ties by
  * lower id). */

@@ -43,4 +43,34 @@ CVLLM_HD double cvllm_uniform(uint64_t seed, uint64_t index) {
     return (double)(bits >> 11) * (1.0 / 9007199254740992.0);
 }
 
+/* The exponential race (rows with a temperature and no top-k, top-p or min-p: backend.h): token
+ * id i of the draw of output token `index` gets the uniform u_i = cvllm_race_uniform(key, i),
+ * key = cvllm_race_key(seed, index) (Philox's two words that cvllm_uniform leaves unused, so a
+ * draw's uniforms are still a pure function of seed and index), and the row's token is the id of
+ * the largest x_i - T * log(-log(u_i)) (the Gumbel-max trick, as vLLM and nano-vllm sample: the
+ * softmax(x / T) distribution exactly, in one pass over the row with no maximum or sum first).
+ * u_i: one round of a 32-bit mixing hash ("lowbias32", C. Wellons) of i under the key, its top
+ * 24 bits made odd: an exact f32 in [2^-24, 1 - 2^-24]. */
+typedef struct {
+    uint32_t k0, k1;
+} CvllmRaceKey;
+
+CVLLM_HD CvllmRaceKey cvllm_race_key(uint64_t seed, uint64_t index) {
+    uint32_t c[4] = {(uint32_t)index, (uint32_t)(index >> 32), 0u, 0u};
+    cvllm_philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32));
+    CvllmRaceKey k = {c[2], c[3]};
+    return k;
+}
+
+CVLLM_HD float cvllm_race_uniform(CvllmRaceKey k, uint32_t i) {
+    uint32_t x = i * 0x9E3779B1u + k.k0;
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    x ^= k.k1;
+    return (float)((x >> 8) | 1u) * 5.9604644775390625e-8f; /* 2^-24 */
+}
+
 #endif

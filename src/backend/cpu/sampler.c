@@ -14,7 +14,8 @@
  *
  * Numbers: weights are exp((logit - max) / temperature) in float (in [0, 1]: no overflow; the max
  * token has weight 1), sums in double; renormalization is folded into the draw (u is scaled by
- * the kept mass). */
+ * the kept mass). Without a filter (top-k, top-p, min-p) there is no draw by u: the token wins
+ * the exponential race (philox.h), one uniform an id. */
 #include "backend/cpu/sampler.h"
 
 #include <math.h>
@@ -196,6 +197,30 @@ int32_t sampler_sample(float *logits, int vocab, const SamplingRow *p, void *scr
     return token;
 }
 
+/* The exponential race over penalized logits (no filter; philox.h): the id of the largest key
+ * x_i - T ln(-ln u_i), computed as fma(-(T ln 2), log2(E_i), x_i) with E_i = -ln(u_i) (the CUDA
+ * sampler's form), the lowest id on ties, NaN never. A key is at most x_i - T ln 2 * LMIN, LMIN
+ * the smallest log2(-ln(u)) of any uniform, so an id whose bound does not beat the best key so far
+ * cannot win and its uniform is not computed: the same token as the full pass, faster where the
+ * logits are peaked. imax: the argmax (a finite logit), whose key starts the race. */
+static float race_key(const CvllmRaceKey *k, float t2, float x, int i) {
+    return fmaf(-t2, log2f(-logf(cvllm_race_uniform(*k, (uint32_t)i))), x);
+}
+
+static int32_t race(const float *x, int vocab, const SamplingRow *p, int imax) {
+    const CvllmRaceKey k = cvllm_race_key(p->seed, (uint64_t)p->num_output);
+    const float t2 = p->temperature * 0.693147182f;
+    const float lmin = log2f(-logf(1.0f - 5.9604644775390625e-8f)); /* u = 1 - 2^-24 */
+    int32_t tok = imax;
+    float best = race_key(&k, t2, x[imax], imax);
+    for (int i = 0; i < vocab; i++) {
+        if (!(fmaf(-t2, lmin, x[i]) >= best)) continue; /* cannot win (or NaN) */
+        const float key = race_key(&k, t2, x[i], i);
+        if (key > best || (key == best && i < tok)) best = key, tok = i;
+    }
+    return tok;
+}
+
 /* Temperature, filters and the draw over penalized logits. */
 static int32_t sample_filtered(float *logits, int vocab, const SamplingRow *p, float *w, int *idx) {
     if (!(p->temperature > 0.0f)) return argmax(logits, vocab);
@@ -203,6 +228,9 @@ static int32_t sample_filtered(float *logits, int vocab, const SamplingRow *p, f
     int imax = argmax(logits, vocab);
     float m = logits[imax];
     if (!isfinite(m)) return imax; /* all -inf (or +inf): nothing to weigh; greedy */
+    if (!(p->top_k > 0 && p->top_k < vocab) && !(p->top_p > 0.0f && p->top_p < 1.0f) &&
+        !(p->min_p > 0.0f))
+        return race(logits, vocab, p, imax);
 
     /* Temperature and softmax (unnormalized). */
     float inv_t = 1.0f / p->temperature;

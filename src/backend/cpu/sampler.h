@@ -3,8 +3,8 @@
  * and output ids, then frequency and presence over output ids), temperature, then top-k, top-p,
  * min-p filters over the softmax, renormalize, draw with the uniform cvllm_uniform(seed,
  * output index) (philox.h), so a seeded request gives the same tokens whatever else is in the
- * batch and on every device. temperature 0 = greedy argmax (lowest id on ties), which draws
- * nothing. Tokens are ordered by probability, ties by lower id: top-k keeps exactly k; top-p the
+ * batch and on every device; with no filter, the exponential race instead (one uniform an id,
+ * philox.h). temperature 0 = greedy argmax (lowest id on ties), which draws nothing. Tokens are ordered by probability, ties by lower id: top-k keeps exactly k; top-p the
  * shortest prefix reaching top_p (at least one); min-p drops p < min_p * p_max. O(vocab)
  * expected: no sort (quickselect for the top-k / top-p boundary). Log-probs: log_softmax of the
  * raw logits (before penalties and temperature) for the sampled id and the top k. */

@@ -11,7 +11,7 @@
  *   decode     a whole decode step of a synthetic qwen3-0.6b (random bf16 weights, one buffer
  *              shared by every tensor) through the backend itself, with and without CUDA graphs
  *   sampler    sampler_cuda alone on 256, 128, 64, 8 and 1 rows of 151,936 random logits:
- *              greedy, temperature 0.6 (the one-block, staged cluster and in-place kernels)
+ *              greedy, temperature 0.6 (the one-block, race, staged and in-place kernels)
  * Reached only through the backend registry (BackendEntry.bench_ops). */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -618,8 +618,8 @@ static int sampler_launch(void *ctx, cudaStream_t st) {
 
 /* sampler_cuda on 256, 128, 64, 8 and 1 rows of 151,936 random logits (Qwen3's vocabulary), f32
  * and bf16: greedy, and temperature 0.6 alone (no top-k / top-p / min-p / penalties / log-probs);
- * the one-block kernel, the staged cluster kernel the engine takes there, and the in-place
- * cluster kernel (CVLLM_CUDA_SAMPLER=cluster, up to 16 rows) */
+ * the one-block kernel, the race kernel the engine takes there, the choice without it
+ * (CVLLM_CUDA_SAMPLER=norace) and the in-place cluster kernel (=cluster, up to 16 rows) */
 static int bench_sampler(cudaStream_t st) {
     const int n = 256, V = 151936;
     const size_t nl = (size_t)n * V;
@@ -670,18 +670,22 @@ static int bench_sampler(cudaStream_t st) {
                                           .seed = 1234,
                                           .draw_index = (uint64_t)i};
             BCHECK(cudaMemcpy(rows, hr, m * sizeof *hr, cudaMemcpyHostToDevice));
+            /* the one-block kernel (no host rows), the engine's choice (the race kernel), the
+             * choice without it (CVLLM_CUDA_SAMPLER=norace: the staged cluster kernel within a
+             * wave, else the one-block kernel), the in-place cluster kernel (up to 16 rows) */
+            static const char *const kname[4] = {"block", "race", "norace", "in-place"};
+            static const char *const kenv[4] = {NULL, NULL, "norace", "cluster"};
             for (int bf = 0; bf < 2; bf++)
-                for (int kind = 0; kind < (m <= 16 ? 3 : 2); kind++) {
+                for (int kind = 0; kind < (m <= 16 ? 4 : 3); kind++) {
                     SamplerCtx c = {bf ? logits16 : (const void *)logits,
                                     bf ? DTYPE_BF16 : DTYPE_F32,
                                     rows, ids, tok, lp, top, tlp, scratch, m, V, kind ? hr : NULL};
-                    if (kind == 2) setenv("CVLLM_CUDA_SAMPLER", "cluster", 1);
+                    if (kenv[kind]) setenv("CVLLM_CUDA_SAMPLER", kenv[kind], 1);
                     float ms = time_ms(sampler_launch, &c, st, 20);
-                    if (kind == 2) unsetenv("CVLLM_CUDA_SAMPLER");
+                    unsetenv("CVLLM_CUDA_SAMPLER");
                     printf("  rows %3d  temperature %.1f  %-4s %-8s %8.4f ms  %7.0f GB/s of "
                            "logits read once\n",
-                           m, temps[ti], bf ? "bf16" : "f32",
-                           kind == 0 ? "block" : kind == 1 ? "staged" : "in-place", ms,
+                           m, temps[ti], bf ? "bf16" : "f32", kname[kind], ms,
                            (double)m * V * (bf ? 2 : 4) / (ms * 1e6));
                 }
         }

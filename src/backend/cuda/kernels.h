@@ -362,11 +362,13 @@ size_t sampler_cuda_scratch_bytes(int rows, int vocab);
  * token[r], logprob[r] (the sampled
  * id's log-softmax of the raw logits), top_ids/top_logprobs [n, CUDA_SAMPLER_MAX_LOGPROBS] (the
  * first num_logprobs filled). Semantics of backend.h: penalties, temperature, top-k, top-p,
- * min-p, draw with cvllm_uniform(seed, draw_index); temperature 0: argmax. d_scratch zeroed once
- * before the first call. CPU: the CPU sampler. */
-/* h_rows: the host's copy of d_rows, or NULL: with it, up to 16 rows none of which has
- * penalties, top-k, top-p or log-probs each run over a thread-block cluster of 8 blocks instead
- * of one block (sm_90; the same tokens; CVLLM_CUDA_SAMPLER=block: never). */
+ * min-p, draw with cvllm_uniform(seed, draw_index), or without a filter the exponential race
+ * keyed by (seed, draw_index); temperature 0: argmax. d_scratch zeroed once before the first
+ * call (the kernels leave it zeroed). CPU: the CPU sampler. */
+/* h_rows: the host's copy of d_rows, or NULL (then one block a row): with it, rows that are all
+ * greedy or a temperature alone go to the race kernel (a row over many blocks), and up to a wave
+ * of rows with min-p but none of penalties, top-k, top-p or log-probs run over thread-block
+ * clusters of 8 blocks (sm_90; the same tokens either way; CVLLM_CUDA_SAMPLER=block: never). */
 int sampler_cuda(const void *d_logits, DType ldt, int n, int vocab, const CudaSamplingRow *d_rows,
                  const CudaSamplingRow *h_rows, const int32_t *d_ids, int32_t *d_token,
                  float *d_logprob, int32_t *d_top_ids, float *d_top_logprobs, void *d_scratch,

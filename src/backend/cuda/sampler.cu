@@ -4,6 +4,9 @@
  * relative to the best token, renormalize, draw with u = cvllm_uniform(seed, output index)
  * (philox.h, the same integer arithmetic as on the CPU). Temperature 0: argmax, lowest id on ties,
  * NaN never wins (all NaN: 0), one pass over the row. Log-probs: log_softmax of the raw logits.
+ * Rows with a temperature and no filter (top-k, top-p, min-p) take the winner of the exponential
+ * race instead of the draw: one pass, no maximum or mass before it (race_key below); rows that
+ * also have no penalties or log-probs go to the race kernel, a row over many blocks.
  *
  * Order of tokens: weight descending, ties by lower id (a total order, as the CPU's). Nothing is
  * sorted: each filter needs only the boundary of its set (the worst token it keeps), found by a
@@ -21,7 +24,8 @@
  * piece, and the piece's thread walks it to the token.
  *
  * Penalties need per-token counts: d_scratch holds an int32 [rows, vocab] table, zero between
- * calls (the kernel adds the row's ids, then clears exactly those entries). The logits are never
+ * calls (the kernel adds the row's ids, then clears exactly those entries; the race kernel's calls
+ * use its start for each row's best word and count, cleared the same way). The logits are never
  * written: penalized values are computed where they are read. */
 #include <string.h>
 
@@ -219,6 +223,78 @@ __device__ unsigned long long block_scan(unsigned long long v, unsigned long lon
     return v;
 }
 
+/* ------------------------------------------------------------------ the exponential race */
+
+/* Rows with a temperature and no filter (top-k, top-p, min-p) take the token whose key
+ * x - T ln(-ln u_i) is largest (philox.h: u_i = cvllm_race_uniform(key, i)), the lowest id on
+ * ties, NaN never; every kernel computes the key with race_key, so every kernel gives every row
+ * the same token. As T ln(E) = (T ln 2) log2(E): key = fma(-(T ln 2), log2(E), x), E = -ln(u).
+ * The CPU computes the same with logf and log2f: a draw differs from the CPU's only where two
+ * keys lie within rounding (~1e-7) of each other. */
+
+/* ln(u) for a normal positive u, within a few ulp relative, also near u = 1, where E = -ln(u)
+ * is small and decides the race (the fast lg2 intrinsic is accurate only absolutely there):
+ * u = 2^e m, m in [2/3, 4/3); ln(m) = 2 atanh(s), s = (m - 1) / (m + 1), |s| <= 1/5, as
+ * s (2 + s^2 (2/3 + s^2 (2/5 + s^2 (2/7 + s^2 2/9)))) (the next term is below 1e-8 of it). */
+__device__ __forceinline__ float rcp_approx(float x) { /* x normal: within 1 ulp */
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float race_ln(float u) {
+    const uint32_t b = __float_as_uint(u);
+    const uint32_t eb = (b - 0x3f2aaaabu) & 0xff800000u; /* e << 23, two's complement */
+    const float m = __uint_as_float(b - eb);
+    const float e = (float)((int32_t)eb >> 23);
+    const float sv = (m - 1.0f) * rcp_approx(m + 1.0f);
+    const float s2 = sv * sv;
+    float p = fmaf(s2, 2.0f / 9.0f, 2.0f / 7.0f);
+    p = fmaf(s2, p, 0.4f);
+    p = fmaf(s2, p, 2.0f / 3.0f);
+    p = fmaf(s2, p, 2.0f);
+    return fmaf(e, 0.693147182f, sv * p);
+}
+__device__ __forceinline__ float lg2_approx(float x) { /* x normal and positive */
+    float y;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+/* x's key; t2 = T ln 2 (race_t2) */
+__device__ __forceinline__ float race_key(float x, float t2, CvllmRaceKey k, int i) {
+    return fmaf(-t2, lg2_approx(-race_ln(cvllm_race_uniform(k, (uint32_t)i))), x);
+}
+__device__ __forceinline__ float race_t2(float t) {
+    return t * 0.693147182f;
+}
+/* A race candidate as one orderable word: the key's bits (ordered as floats; NaN excluded by the
+ * caller) above the complement of the id, so that the larger word is the larger key, then the
+ * lower id. 0: no candidate (no real key packs to 0). */
+__device__ __forceinline__ unsigned long long race_pack(float key, int i) {
+    uint32_t b = __float_as_uint(key);
+    b = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    return ((unsigned long long)b << 32) | (0xffffffffu - (uint32_t)i);
+}
+__device__ __forceinline__ int race_id(unsigned long long w) {
+    return (int)(0xffffffffu - (uint32_t)w);
+}
+__device__ __forceinline__ unsigned long long warp_max_u64(unsigned long long v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        const unsigned long long u = __shfl_xor_sync(FULL_MASK, v, o);
+        v = u > v ? u : v;
+    }
+    return v;
+}
+/* The block's largest word (every thread gets it). */
+__device__ unsigned long long block_max_u64(unsigned long long v) {
+    __shared__ unsigned long long part[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_max_u64(v);
+    __syncthreads();
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    return warp_max_u64(lane < (int)(blockDim.x >> 5) ? part[lane] : 0ull);
+}
+
 /* ------------------------------------------------------------------ warp ranges */
 
 /* The vocabulary as blockDim / 32 contiguous ranges, range w = [w * len, min((w + 1) * len,
@@ -383,13 +459,6 @@ template <typename SS> __device__ __forceinline__ bool in_topk(const SS &S, uint
 /* kept by the last filters: a positive weight, min-p, inside the top-p (within top-k) boundary */
 template <typename SS> __device__ __forceinline__ bool kept_w(const SS &S, float w, int i) {
     return w > 0.0f && w >= S.min_w && inside(wkey(w), i, S.p_key, S.p_id);
-}
-
-/* kept_w where FILT (a filter is on: top-k, top-p or min-p); without one the boundaries are 0 /
- * INT_MAX and min_w 0, so kept_w is w > 0: one compare an id instead of five */
-template <bool FILT, typename SS>
-__device__ __forceinline__ bool kept_as(const SS &S, float w, int i) {
-    return FILT ? kept_w(S, w, i) : w > 0.0f;
 }
 
 /* The rank-th (1-based) lowest id among tokens with key == v inside the top-k set (-1: fewer). */
@@ -559,13 +628,27 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
     }
     const int imax = a.i < 0 ? 0 : a.i;
     int tok = imax;
-    if (P.temperature > 0.0f && isfinite(a.v) && a.i >= 0) {
+    const bool use_k = P.top_k > 0 && P.top_k < vocab;
+    const bool use_p = P.top_p > 0.0f && P.top_p < 1.0f;
+    if (P.temperature > 0.0f && isfinite(a.v) && a.i >= 0 && !use_k && !use_p &&
+        !(P.min_p > 0.0f)) {
+        /* no filter: the exponential race over the penalized logits */
+        const CvllmRaceKey k = cvllm_race_key(P.seed, P.draw_index);
+        unsigned long long best = 0;
+        for_range(S.R.x, 0, vocab, warp, false, [&](float v, int i) {
+            const float key = race_key(eff_logit(S.R, v, i), race_t2(P.temperature), k, i);
+            if (!isnan(key)) {
+                const unsigned long long w = race_pack(key, i);
+                best = w > best ? w : best;
+            }
+        });
+        best = block_max_u64(best);
+        tok = race_id(best); /* the argmax's key is finite: best is not 0 */
+    } else if (P.temperature > 0.0f && isfinite(a.v) && a.i >= 0) {
         S.m = a.v;
         S.inv_t = 1.0f / P.temperature;
         S.k_key = 0;
         S.k_id = INT_MAX;
-        const bool use_k = P.top_k > 0 && P.top_k < vocab;
-        const bool use_p = P.top_p > 0.0f && P.top_p < 1.0f;
         uint32_t bkey = 0;
         int bid = INT_MAX;
         if (use_k) {
@@ -600,20 +683,16 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
          * order: the range holding the target, then the token inside it */
         unsigned long long mine = 0;
         int last = -1;
-        auto kept_pass = [&](auto pen, auto filt) { /* filt: a filter is on (kept_as) */
+        auto kept_pass = [&](auto pen) { /* a filter is on here: kept_w */
             for_range(S.R.x, 0, vocab, warp, true, [&](float v, int i) {
                 const float w = weight<decltype(pen)::value>(S, v, i);
-                if (kept_as<decltype(filt)::value>(S, w, i))
-                    mine += wfix(w), last = max(last, i);
+                if (kept_w(S, w, i)) mine += wfix(w), last = max(last, i);
             });
         };
-        const bool filt = use_k || use_p || S.min_w > 0.0f;
         if (S.R.cnt)
-            filt ? kept_pass(std::true_type(), std::true_type())
-                 : kept_pass(std::true_type(), std::false_type());
+            kept_pass(std::true_type());
         else
-            filt ? kept_pass(std::false_type(), std::true_type())
-                 : kept_pass(std::false_type(), std::false_type());
+            kept_pass(std::false_type());
         const Ranges t = range_totals(mine, last); /* t.last: the last kept id, the fallback if
                                                       rounding never reaches u */
         const unsigned long long kept = t.total;
@@ -720,25 +799,38 @@ __device__ void cluster_sample(const X &x, int lo, int hi, const CudaSamplingRow
     const int imax = g.i < 0 ? 0 : g.i;
     int tok = imax;
     bool writer = c == 0;
-    if (P.temperature > 0.0f && isfinite(g.v) && g.i >= 0) { /* the same branch in every block */
+    const bool live = P.temperature > 0.0f && isfinite(g.v) && g.i >= 0; /* in every block */
+    if (live && !(P.min_p > 0.0f)) {
+        /* no filter: the exponential race, each block's best word, then the cluster's */
+        const CvllmRaceKey k = cvllm_race_key(P.seed, P.draw_index);
+        unsigned long long best = 0;
+        for_range(x, lo, hi, warp, false, [&](float v, int i) {
+            const float key = race_key(v, race_t2(P.temperature), k, i);
+            if (!isnan(key)) {
+                const unsigned long long w = race_pack(key, i);
+                best = w > best ? w : best;
+            }
+        });
+        best = block_max_u64(best);
+        if (threadIdx.x == 0) sh_kept = best;
+        cluster.sync();
+        const int lane = threadIdx.x & 31;
+        unsigned long long w = lane < nc ? *cluster.map_shared_rank(&sh_kept, lane) : 0ull;
+        cluster.sync(); /* every block has read the others' words */
+        w = warp_max_u64(w);
+        tok = race_id(w); /* the argmax's key is finite: w is not 0 */
+    } else if (live) { /* min-p: the draw over the kept tokens */
         S.m = g.v;
         S.inv_t = 1.0f / P.temperature;
         S.k_key = S.p_key = 0;
         S.k_id = S.p_id = INT_MAX;
-        S.min_w = P.min_p > 0.0f ? P.min_p * 1.0f : 0.0f;
+        S.min_w = P.min_p * 1.0f;
         unsigned long long mine = 0;
         int last = -1;
-        auto kept_pass = [&](auto filt) { /* filt: min-p on (kept_as) */
-            for_range(x, lo, hi, warp, true, [&](float v, int i) {
-                const float w = weight<false>(S, v, i);
-                if (kept_as<decltype(filt)::value>(S, w, i))
-                    mine += wfix(w), last = max(last, i);
-            });
-        };
-        if (S.min_w > 0.0f)
-            kept_pass(std::true_type());
-        else
-            kept_pass(std::false_type());
+        for_range(x, lo, hi, warp, true, [&](float v, int i) {
+            const float w = weight<false>(S, v, i);
+            if (kept_w(S, w, i)) mine += wfix(w), last = max(last, i);
+        });
         const Ranges t = range_totals(mine, last);
         if (threadIdx.x == 0) sh_kept = t.total, sh_last = t.last;
         cluster.sync();
@@ -822,28 +914,117 @@ __global__ void __launch_bounds__(SAMPLER_STAGED_THREADS, 2)
                       token_out, logprob_out);
 }
 
-/* Which kernel takes the rows: 0 sampler_kernel, 1 sampler_cluster_kernel, 2 the staged one.
- * Rows (host copies) with penalties, top-k, top-p or log-probs need sampler_kernel; a GPU without
- * clusters (compute capability below 9.0) too. The staged kernel takes as many rows as one wave
- * of its blocks holds (two an SM: 33 rows on 132 SMs): its blocks copy, then compute, in step, so
- * each further wave costs a whole block's time (H200, `bench ops sampler`, temperature 0.6, f32:
- * 64 rows 0.051 ms against the one-block kernel's 0.035, 256 rows 0.146 against 0.097; 8 rows
- * 0.018 against 0.033). CVLLM_CUDA_SAMPLER=block: always sampler_kernel; =cluster: never the
- * staged kernel (the choice before it). */
+/* ------------------------------------------------------------------ the race kernel */
+
+/* Rows with no penalties, log-probs or filters (greedy, or a temperature alone: the exponential
+ * race) need no maximum, sum or draw before their token: one pass over the row, any part of which
+ * any block may take. A block of RACE_THREADS takes RACE_IDS ids of a row (a thread 4 quads, every
+ * load in flight before any is used), each thread keeps its best key above -inf (its ids in
+ * increasing order: a strictly larger key keeps the lowest id; NaN never), the block its best word
+ * (race_pack), which it adds to the row's word in d_best by atomicMax before counting itself done;
+ * the row's last block (the threadFenceReduction pattern) writes the token and sets the row's word
+ * and count back to 0 (zero between calls, as the scratch's contract says). A row with no key
+ * above -inf (every logit -inf or NaN) takes greedy's token, the lowest id that is not NaN, from a
+ * scan by that last block (0 if all are NaN). The row leaves memory once, in as many blocks as it
+ * has RACE_IDS (38 a Qwen3 row), with no cluster and no barrier between blocks. Every row gets
+ * sampler_kernel's token. */
+#define RACE_THREADS 256
+#define RACE_IDS (RACE_THREADS * 16)
+
+template <bool NOISE, typename L>
+__device__ __forceinline__ void race_piece(const Logits<L> &x, int lo, int hi, float t2,
+                                           CvllmRaceKey k, float *bk, int *bi) {
+    auto take = [&](float v, int i) {
+        const float key = NOISE ? race_key(v, t2, k, i) : v;
+        if (key > *bk) *bk = key, *bi = i;
+    };
+    if (x.aligned() && lo + RACE_IDS <= hi) { /* a whole piece: 4 quads a thread */
+        float4 q[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            q[u] = x.load4(lo + 4 * ((int)threadIdx.x + RACE_THREADS * u));
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int i = lo + 4 * ((int)threadIdx.x + RACE_THREADS * u);
+            take(q[u].x, i), take(q[u].y, i + 1), take(q[u].z, i + 2), take(q[u].w, i + 3);
+        }
+    } else { /* the row's last piece, or a row that is not aligned */
+        for (int i = lo + (int)threadIdx.x; i < hi; i += RACE_THREADS)
+            take(x[i], i);
+    }
+}
+
+template <typename L>
+__global__ void __launch_bounds__(RACE_THREADS)
+    sampler_race_kernel(const L *logits, int vocab, const CudaSamplingRow *rows,
+                        int32_t *token_out, float *logprob_out, unsigned long long *d_best,
+                        unsigned int *d_done) {
+    pdl_trigger(); /* sampler_pdl_note */
+    __shared__ int last;
+    __shared__ unsigned long long word;
+    const int r = blockIdx.y;
+    const Logits<L> x = {logits + (int64_t)r * vocab};
+    const float t = rows[r].temperature;
+    const int lo = (int)blockIdx.x * RACE_IDS, hi = min(lo + RACE_IDS, vocab);
+    float bk = -INFINITY;
+    int bi = -1;
+    if (t > 0.0f)
+        race_piece<true>(x, lo, hi, race_t2(t),
+                         cvllm_race_key(rows[r].seed, rows[r].draw_index), &bk, &bi);
+    else
+        race_piece<false>(x, lo, hi, 0.0f, CvllmRaceKey{0, 0}, &bk, &bi);
+    const unsigned long long best = block_max_u64(bi >= 0 ? race_pack(bk, bi) : 0ull);
+    if (threadIdx.x == 0) {
+        if (best) atomicMax(&d_best[r], best);
+        __threadfence(); /* the word before the count */
+        last = atomicAdd(&d_done[r], 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return; /* the row's last block only, from here */
+    __threadfence();
+    if (threadIdx.x == 0) word = atomicExch(&d_best[r], 0ull), d_done[r] = 0;
+    __syncthreads();
+    int tok;
+    if (word) {
+        tok = race_id(word);
+    } else { /* every logit -inf or NaN: the lowest id that is not NaN (each thread's first) */
+        int f = -1;
+        for (int i = (int)threadIdx.x; i < vocab && f < 0; i += RACE_THREADS)
+            if (!isnan(x[i])) f = i;
+        const unsigned long long w = block_max_u64(f >= 0 ? 0xffffffffull - (unsigned)f : 0ull);
+        tok = w ? (int)(0xffffffffull - w) : 0;
+    }
+    if (threadIdx.x == 0) token_out[r] = tok, logprob_out[r] = 0.0f;
+}
+
+/* Which kernel takes the rows: 0 sampler_kernel, 1 sampler_cluster_kernel, 2 the staged one, 3 the
+ * race kernel. Rows (host copies) with penalties, top-k, top-p or log-probs need sampler_kernel; a
+ * GPU without clusters (compute capability below 9.0) too. Rows that are all greedy or a
+ * temperature alone go to the race kernel. Others (min-p among them) to the cluster kernels: the
+ * staged kernel takes as many rows as one wave of its blocks holds (two an SM: 33 rows on 132
+ * SMs): its blocks copy, then compute, in step, so each further wave costs a whole block's time
+ * (H200, `bench ops sampler`, temperature 0.6, f32: 64 rows 0.051 ms against the one-block
+ * kernel's 0.035, 256 rows 0.146 against 0.097; 8 rows 0.018 against 0.033).
+ * CVLLM_CUDA_SAMPLER=block: always sampler_kernel; =cluster: never the staged or the race kernel;
+ * =norace: never the race kernel (the choice before it). */
 static int sampler_choice(const void *d_logits, size_t esize, int vocab,
                           const CudaSamplingRow *rows, int n) {
     const char *e = getenv("CVLLM_CUDA_SAMPLER"); /* read at each call: the tests switch it */
     const int mode = cuda_device_cc() < 90 || (e && strcmp(e, "block") == 0) ? 0
                      : e && strcmp(e, "cluster") == 0                        ? 1
-                                                                             : 2;
+                     : e && strcmp(e, "norace") == 0                         ? 2
+                                                                             : 3;
     if (!mode || !rows) return 0;
+    int race = mode == 3;
     for (int r = 0; r < n; r++) {
         const CudaSamplingRow *P = &rows[r];
         if (P->has_penalty || P->num_logprobs >= 0 || (P->top_k > 0) ||
             (P->top_p > 0.0f && P->top_p < 1.0f))
             return 0;
+        if (P->min_p > 0.0f) race = 0;
     }
-    if (mode == 2 && ((uintptr_t)d_logits & 15) == 0 && ((size_t)vocab * esize) % 16 == 0 &&
+    if (race) return 3;
+    if (mode >= 2 && ((uintptr_t)d_logits & 15) == 0 && ((size_t)vocab * esize) % 16 == 0 &&
         (size_t)cluster_slice(vocab, SAMPLER_CLUSTER) * esize <= SAMPLER_STAGE_MAX &&
         n * SAMPLER_CLUSTER <= 2 * cuda_device_sms())
         return 2;
@@ -883,8 +1064,24 @@ static int launch_cluster(int staged, const L *logits, int n, int vocab,
     return 0;
 }
 
+/* The scratch: the penalty counts (sampler_kernel: int32 [rows, vocab]) or, in the race kernel's
+ * calls, each row's word and count (u64 [rows] then u32 [rows]) at its start; zero between calls. */
 extern "C" size_t sampler_cuda_scratch_bytes(int rows, int vocab) {
-    return (size_t)rows * (size_t)vocab * sizeof(int32_t);
+    const size_t counts = (size_t)rows * (size_t)vocab * sizeof(int32_t);
+    const size_t race = (size_t)rows * (sizeof(unsigned long long) + sizeof(unsigned int));
+    return counts > race ? counts : race;
+}
+
+template <typename L>
+static int launch_race(const L *logits, int n, int vocab, const CudaSamplingRow *d_rows,
+                       int32_t *d_token, float *d_logprob, void *d_scratch, cudaStream_t stream) {
+    unsigned long long *best = (unsigned long long *)d_scratch;
+    unsigned int *done = (unsigned int *)(best + n);
+    const dim3 grid((unsigned)((vocab + RACE_IDS - 1) / RACE_IDS), (unsigned)n);
+    sampler_race_kernel<L><<<grid, RACE_THREADS, 0, stream>>>(logits, vocab, d_rows, d_token,
+                                                              d_logprob, best, done);
+    CUDA_LAUNCH_TRY();
+    return 0;
 }
 
 extern "C" int sampler_cuda(const void *d_logits, DType ldt, int n, int vocab,
@@ -900,6 +1097,11 @@ extern "C" int sampler_cuda(const void *d_logits, DType ldt, int n, int vocab,
         return cvllm_errorf(CVLLM_EUNSUPPORTED, "cuda sampler: vocabulary of %d (at most 524287)",
                             vocab);
     const int kind = sampler_choice(d_logits, bf16 ? 2 : 4, vocab, h_rows, n);
+    if (kind == 3)
+        return bf16 ? launch_race((const uint16_t *)d_logits, n, vocab, d_rows, d_token, d_logprob,
+                                  d_scratch, stream)
+                    : launch_race((const float *)d_logits, n, vocab, d_rows, d_token, d_logprob,
+                                  d_scratch, stream);
     if (kind)
         return bf16 ? launch_cluster(kind == 2, (const uint16_t *)d_logits, n, vocab, d_rows,
                                      d_token, d_logprob, stream)
