@@ -400,7 +400,7 @@ static void test_matches_reference_on_large_vocab(void **state) {
  * passes (sampler_avx2.c) and the scalar ones alike, at every offset within an 8-lane chunk. */
 static void test_edge_values(void **state) {
     (void)state;
-    const CpuIsa best = cpu_isa_best();
+    const CpuIsa best = cpu_isa_best(), was = cpu_isa_get(); /* the group's ISA, restored */
     for (int isa = CPU_ISA_SCALAR; isa <= (int)best; isa++) {
         cpu_isa_set((CpuIsa)isa);
         for (int at = 0; at < 19; at++) {
@@ -429,7 +429,7 @@ static void test_edge_values(void **state) {
         assert_int_equal(sample_copy(all_nan, 3, &g, s), 0);
         sequence_destroy(s);
     }
-    cpu_isa_set(best);
+    cpu_isa_set(was);
 }
 
 #if defined(__x86_64__)
@@ -457,6 +457,156 @@ static void test_avx2_weights(void **state) {
     assert_true(fabs(total - sum) <= 1e-12 * sum);
     assert_int_equal(sampler_argmax_avx2(x, N), 41); /* 6 - 3 + 0.37 * 41 = 18.17 */
 }
+
+/* Error of got in units of the f32 spacing at want (the exact value, in double). */
+static double ulps(float got, double want) {
+    const float w = fabsf((float)want);
+    return fabs((double)got - want) / (double)(nextafterf(w, INFINITY) - w);
+}
+
+/* The vector race's numbers (sampler_race_probe_avx2): uniforms bit-identical to
+ * cvllm_race_uniform for ids 0 .. 100000 under a few keys, E = -ln(u) within 2 ulp of the exact
+ * value and log2(E) within 3.5 ulp of the exact log2 of that E, also at the ends of the range (the
+ * ids of key (0, 0) whose uniforms are 2^-24 and 1 - 2^-24, where E = 2^-24 decides the race;
+ * bounds: 1.7 and 3.1 ulp measured over all 2^23 uniforms, sampler_avx2.c),
+ * and no log2(E) below that of 1 - 2^-24 (the race's pruning bound). */
+static void test_avx2_race_numbers(void **state) {
+    (void)state;
+    if (cpu_isa_best() < CPU_ISA_AVX2) skip();
+    const CvllmRaceKey keys[] = {{0, 0}, {0xffffffffu, 0xffffffffu}, cvllm_race_key(1, 0),
+                                 cvllm_race_key(12345, 77), cvllm_race_key(~0ull, 1u << 20)};
+    const uint32_t id_lo = 0, id_hi = 20396300; /* key (0, 0): u = 2^-24, 1 - 2^-24 */
+    assert_true(cvllm_race_uniform(keys[0], id_lo) == 0x1p-24f);
+    assert_true(cvllm_race_uniform(keys[0], id_hi) == 1.0f - 0x1p-24f);
+    float u[8], e[8], l2[8], lmin;
+    sampler_race_probe_avx2(keys[0], id_hi, u, e, l2);
+    assert_true(u[0] == 1.0f - 0x1p-24f);
+    lmin = l2[0];
+    assert_true(ulps(e[0], -log(1.0 - 0x1p-24)) <= 2.0 && ulps(lmin, log2((double)e[0])) <= 3.5);
+    double worst_e = 0, worst_l = 0;
+    for (size_t c = 0; c < sizeof(keys) / sizeof(keys[0]); c++)
+        for (uint32_t i0 = 0; i0 <= 100000 + (c == 0 ? 8 : 0); i0 += 8) {
+            const uint32_t at = c == 0 && i0 > 100000 ? id_hi : i0; /* the extremes once */
+            sampler_race_probe_avx2(keys[c], at, u, e, l2);
+            for (int l = 0; l < 8; l++) {
+                const float want = cvllm_race_uniform(keys[c], at + (uint32_t)l);
+                if (memcmp(&u[l], &want, sizeof want))
+                    print_error("key %zu id %u: u %a want %a\n", c, at + l, u[l], want);
+                assert_memory_equal(&u[l], &want, sizeof want);
+                const double de = ulps(e[l], -log((double)want)), dl = ulps(l2[l], log2((double)e[l]));
+                worst_e = de > worst_e ? de : worst_e;
+                worst_l = dl > worst_l ? dl : worst_l;
+                assert_true(de <= 2.0 && dl <= 3.5);
+                assert_true(l2[l] >= lmin);
+            }
+        }
+    print_message("race numbers: E within %.2f ulp, log2 E within %.2f ulp\n", worst_e, worst_l);
+}
+
+/* One race draw (no filter) of a copy of x with the given ISA. */
+static int32_t race_draw(const float *x, int vocab, float t, uint64_t seed, int index, CpuIsa isa,
+                         float *copy) {
+    cpu_isa_set(isa);
+    memcpy(copy, x, (size_t)vocab * sizeof(float));
+    SamplingRow r = {.temperature = t, .top_p = 1.0f, .seed = seed, .num_output = index,
+                     .repetition_penalty = 1.0f, .num_logprobs = -1};
+    return sampler_sample(copy, vocab, &r, NULL, NULL, NULL, NULL);
+}
+
+/* A row (V ids, all -inf but two) whose race is an exact tie decided by the id rule: the argmax
+ * hi = the last id, x = base, and an id lo < hi with a smaller logit whose key rounds to the
+ * same float: key = fma(-t2, log2(E), x) is rounded to multiples of q = ulp(base), about t2 / 32,
+ * and both exact keys lie within q / 4 of that multiple, far beyond any few-ulp log error. Both
+ * races must return lo (lowest id on ties, even below the argmax whose key starts the race). */
+static int exact_tie_row(float *x, int V, float t, uint64_t seed, uint64_t index) {
+    const CvllmRaceKey k = cvllm_race_key(seed, index);
+    const double t2 = (double)(t * 0.693147182f);
+    const double q = ldexp(1.0, (int)floor(log2(t2)) - 5), base = q * 12582912.0; /* 1.5 2^23 q */
+    for (int hi = V - 1; hi > 0; hi--) {
+        const double lhi = log2(-log((double)cvllm_race_uniform(k, (uint32_t)hi)));
+        const double r = base - t2 * lhi, key = base + q * nearbyint((r - base) / q);
+        if (!(fabs(r - key) < 0.25 * q)) continue;
+        for (int lo = 0; lo < hi; lo++) {
+            const double llo = log2(-log((double)cvllm_race_uniform(k, (uint32_t)lo)));
+            if (!(llo < lhi - 2.0)) continue; /* its logit clearly below base */
+            const double xlo = base + q * nearbyint((key + t2 * llo - base) / q);
+            if (!(fabs(xlo - t2 * llo - key) < 0.25 * q)) continue;
+            for (int i = 0; i < V; i++) x[i] = i % 3 ? -INFINITY : NAN;
+            x[hi] = (float)base, x[lo] = (float)xlo; /* multiples of q in [2^23 q, 2^24 q): exact */
+            return lo;
+        }
+    }
+    return -1;
+}
+
+/* The AVX2 race (sampler_race_avx2) against the scalar one: its log is within a few ulp of
+ * logf / log2f, so the tokens may differ only where the two best keys are that close: at most 1%
+ * of the draws (flat and peaked rows, NaN and -inf sprinkled, ties at the max, logits near 1e7
+ * whose keys round to integers so that ids tie, vocabularies with a tail of every length mod 8),
+ * and never where the winner is certain (one finite id; one id far above the rest; an exact tie). */
+static void test_avx2_race_matches_scalar(void **state) {
+    (void)state;
+    if (cpu_isa_best() < CPU_ISA_AVX2) skip();
+    const CpuIsa was = cpu_isa_get();
+    const int vocabs[] = {151936, 37, 1001};
+    const float temps[] = {0.6f, 1.0f, 2.0f, 1e-3f};
+    float *x = malloc(151936 * sizeof(float)), *copy = malloc(151936 * sizeof(float));
+    int draws = 0, differ = 0;
+    for (int vi = 0; vi < 3; vi++) {
+        const int V = vocabs[vi], per_row = V > 10000 ? 4 : 12;
+        for (int ti = 0; ti < 4; ti++)
+            for (int kind = 0; kind < 8; kind++) { /* flat / peaked x plain / holes / ties / coarse */
+                const double scale = kind % 2 ? 12.0 : 3.0;
+                float m = -INFINITY;
+                for (int i = 0; i < V; i++) {
+                    x[i] = (float)((rnd() - 0.5) * scale);
+                    if (kind / 2 == 3) /* keys rounded to integers: exact ties between ids */
+                        x[i] = 1e7f + floorf((float)(rnd() * scale));
+                    const double h = rnd();
+                    if (kind / 2 == 1 && h < 0.1) x[i] = h < 0.05 ? NAN : -INFINITY;
+                    m = x[i] > m ? x[i] : m;
+                }
+                if (kind / 2 == 1) x[0] = NAN, x[V - 1] = -INFINITY;
+                if (kind / 2 == 2) /* the max tied three times, one in the tail */
+                    x[V / 3] = x[V / 2] = x[V - 2] = m + 0.5f;
+                for (int d = 0; d < per_row; d++, draws++) {
+                    const uint64_t seed = 1000u * (unsigned)vi + 10u * (unsigned)ti + (unsigned)kind;
+                    const int32_t a = race_draw(x, V, temps[ti], seed, d, CPU_ISA_SCALAR, copy);
+                    const int32_t b = race_draw(x, V, temps[ti], seed, d, CPU_ISA_AVX2, copy);
+                    assert_true(b >= 0 && b < V && !isnan(x[b]) && x[b] > -INFINITY);
+                    if (a != b && differ++ < 10)
+                        print_message("V %d T %g kind %d draw %d: scalar %d avx2 %d\n", V,
+                                      temps[ti], kind, d, a, b);
+                }
+            }
+        /* certain winners: one finite id (at every offset of a group and in the tail), or one id
+         * at 60, the rest in [-6, 6] (T <= 2: the others' keys at most 6 + 2 ln2 24 < 40, its
+         * own at least 60 - 2 ln2 4.1 > 54) */
+        for (int at = 0; at < V; at += V > 100 ? V / 17 + 1 : 1)
+            for (int ti = 0; ti < 4; ti++) {
+                for (int i = 0; i < V; i++) x[i] = i % 5 ? -INFINITY : NAN;
+                x[at] = (float)(rnd() * 4.0 - 2.0);
+                assert_int_equal(race_draw(x, V, temps[ti], 7, at, CPU_ISA_AVX2, copy), at);
+                assert_int_equal(race_draw(x, V, temps[ti], 7, at, CPU_ISA_SCALAR, copy), at);
+                for (int i = 0; i < V; i++) x[i] = (float)((rnd() - 0.5) * 12.0);
+                x[at] = 60.0f;
+                assert_int_equal(race_draw(x, V, temps[ti], 8, at, CPU_ISA_AVX2, copy), at);
+                assert_int_equal(race_draw(x, V, temps[ti], 8, at, CPU_ISA_SCALAR, copy), at);
+            }
+        for (int ti = 0; ti < 4; ti++) /* exact ties, the lower id below the argmax */
+            for (int d = 0; d < 3; d++) {
+                const int lo = exact_tie_row(x, V, temps[ti], 11, (uint64_t)d);
+                assert_true(lo >= 0);
+                assert_int_equal(race_draw(x, V, temps[ti], 11, d, CPU_ISA_SCALAR, copy), lo);
+                assert_int_equal(race_draw(x, V, temps[ti], 11, d, CPU_ISA_AVX2, copy), lo);
+            }
+    }
+    print_message("race avx2 vs scalar: %d of %d draws differ\n", differ, draws);
+    assert_true(differ * 100 <= draws);
+    cpu_isa_set(was);
+    free(x);
+    free(copy);
+}
 #endif
 
 /* Every test again on the scalar passes (CVLLM_CPU_ISA=scalar), when the CPU has vector ones. */
@@ -476,6 +626,8 @@ int main(void) {
         cmocka_unit_test(test_edge_values),
 #if defined(__x86_64__)
         cmocka_unit_test(test_avx2_weights),
+        cmocka_unit_test(test_avx2_race_numbers),
+        cmocka_unit_test(test_avx2_race_matches_scalar),
 #endif
         cmocka_unit_test(test_greedy_lowest_id_on_ties),
         cmocka_unit_test(test_philox_uniforms),

@@ -202,7 +202,9 @@ int32_t sampler_sample(float *logits, int vocab, const SamplingRow *p, void *scr
  * sampler's form), the lowest id on ties, NaN never. A key is at most x_i - T ln 2 * LMIN, LMIN
  * the smallest log2(-ln(u)) of any uniform, so an id whose bound does not beat the best key so far
  * cannot win and its uniform is not computed: the same token as the full pass, faster where the
- * logits are peaked. imax: the argmax (a finite logit), whose key starts the race. */
+ * logits are peaked. imax: the argmax (a finite logit), whose key starts the race. With AVX2,
+ * sampler_race_avx2: the same race and uniforms with its own vector log (a few ulp from logf /
+ * log2f), so the token may differ only where two keys are within a few ulp of each other. */
 static float race_key(const CvllmRaceKey *k, float t2, float x, int i) {
     return fmaf(-t2, log2f(-logf(cvllm_race_uniform(*k, (uint32_t)i))), x);
 }
@@ -210,6 +212,9 @@ static float race_key(const CvllmRaceKey *k, float t2, float x, int i) {
 static int32_t race(const float *x, int vocab, const SamplingRow *p, int imax) {
     const CvllmRaceKey k = cvllm_race_key(p->seed, (uint64_t)p->num_output);
     const float t2 = p->temperature * 0.693147182f;
+#if defined(__x86_64__)
+    if (cpu_isa_get() >= CPU_ISA_AVX2) return sampler_race_avx2(x, vocab, t2, k, imax);
+#endif
     const float lmin = log2f(-logf(1.0f - 5.9604644775390625e-8f)); /* u = 1 - 2^-24 */
     int32_t tok = imax;
     float best = race_key(&k, t2, x[imax], imax);

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/philox.h"
 
 /* Samples row's next id from logits [vocab] (overwritten). scratch: sampler_scratch_bytes(vocab)
  * bytes, or NULL (allocates). When row->num_logprobs >= 0, *logprob gets the sampled id's
@@ -28,9 +29,13 @@ size_t sampler_scratch_bytes(int vocab);
 /* The vocabulary-wide passes with AVX2 (sampler_avx2.c; sampler_sample uses them when the CPU
  * backend's ISA is AVX2 or better): the lowest id of the largest value, NaNs never winning
  * (all NaN: 0); and w[i] = exp((x[i] - m) * inv_t), exactly 0 for NaN and for arguments below
- * -87, returning the sum of w. */
+ * -87, returning the sum of w; and the exponential race of sampler.c's race() (the id of the
+ * largest fma(-t2, log2(-ln u_i), x_i), lowest id on ties, NaN never; x[imax] finite). */
 int32_t sampler_argmax_avx2(const float *x, int n);
 double sampler_weights_avx2(const float *x, float *w, int n, float m, float inv_t);
+int32_t sampler_race_avx2(const float *x, int vocab, float t2, CvllmRaceKey k, int imax);
+/* Test hook: the race's u, E = -ln(u) and log2(E) of ids i0 .. i0 + 7, as the race computes them. */
+void sampler_race_probe_avx2(CvllmRaceKey k, uint32_t i0, float u[8], float big_e[8], float l2[8]);
 #endif
 
 #endif

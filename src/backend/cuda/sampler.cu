@@ -931,18 +931,17 @@ __global__ void __launch_bounds__(SAMPLER_STAGED_THREADS, 2)
 #define RACE_THREADS 256
 #define RACE_IDS (RACE_THREADS * 16)
 
+/* A thread's best key above -inf (and its id) over its ids of [lo, hi): those of the quads q
+ * (loaded by the caller: a whole aligned piece) or, for a partial piece, read here. */
 template <bool NOISE, typename L>
-__device__ __forceinline__ void race_piece(const Logits<L> &x, int lo, int hi, float t2,
-                                           CvllmRaceKey k, float *bk, int *bi) {
+__device__ __forceinline__ void race_piece(const Logits<L> &x, const float4 *q, bool whole,
+                                           int lo, int hi, float t2, CvllmRaceKey k, float *bk,
+                                           int *bi) {
     auto take = [&](float v, int i) {
         const float key = NOISE ? race_key(v, t2, k, i) : v;
         if (key > *bk) *bk = key, *bi = i;
     };
-    if (x.aligned() && lo + RACE_IDS <= hi) { /* a whole piece: 4 quads a thread */
-        float4 q[4];
-#pragma unroll
-        for (int u = 0; u < 4; u++)
-            q[u] = x.load4(lo + 4 * ((int)threadIdx.x + RACE_THREADS * u));
+    if (whole) {
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             const int i = lo + 4 * ((int)threadIdx.x + RACE_THREADS * u);
@@ -962,17 +961,30 @@ __global__ void __launch_bounds__(RACE_THREADS)
     pdl_trigger(); /* sampler_pdl_note */
     __shared__ int last;
     __shared__ unsigned long long word;
+    __shared__ float sh_t;
+    __shared__ uint64_t sh_seed, sh_index;
     const int r = blockIdx.y;
     const Logits<L> x = {logits + (int64_t)r * vocab};
-    const float t = rows[r].temperature;
     const int lo = (int)blockIdx.x * RACE_IDS, hi = min(lo + RACE_IDS, vocab);
+    /* the piece's loads first, then the row's parameters by one thread (the rows may be host
+     * memory mapped for the device: one read a block, its latency under the loads') */
+    const bool whole = x.aligned() && lo + RACE_IDS <= hi;
+    float4 q[4];
+    if (whole)
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            q[u] = x.load4(lo + 4 * ((int)threadIdx.x + RACE_THREADS * u));
+    if (threadIdx.x == 0)
+        sh_t = rows[r].temperature, sh_seed = rows[r].seed, sh_index = rows[r].draw_index;
+    __syncthreads();
+    const float t = sh_t;
     float bk = -INFINITY;
     int bi = -1;
     if (t > 0.0f)
-        race_piece<true>(x, lo, hi, race_t2(t),
-                         cvllm_race_key(rows[r].seed, rows[r].draw_index), &bk, &bi);
+        race_piece<true>(x, q, whole, lo, hi, race_t2(t), cvllm_race_key(sh_seed, sh_index), &bk,
+                         &bi);
     else
-        race_piece<false>(x, lo, hi, 0.0f, CvllmRaceKey{0, 0}, &bk, &bi);
+        race_piece<false>(x, q, whole, lo, hi, 0.0f, CvllmRaceKey{0, 0}, &bk, &bi);
     const unsigned long long best = block_max_u64(bi >= 0 ? race_pack(bk, bi) : 0ull);
     if (threadIdx.x == 0) {
         if (best) atomicMax(&d_best[r], best);
