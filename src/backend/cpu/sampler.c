@@ -233,9 +233,9 @@ static int32_t sample_filtered(float *logits, int vocab, const SamplingRow *p, f
     int imax = argmax(logits, vocab);
     float m = logits[imax];
     if (!isfinite(m)) return imax; /* all -inf (or +inf): nothing to weigh; greedy */
-    if (!(p->top_k > 0 && p->top_k < vocab) && !(p->top_p > 0.0f && p->top_p < 1.0f) &&
-        !(p->min_p > 0.0f))
-        return race(logits, vocab, p, imax);
+    const int use_top_k = p->top_k > 0 && p->top_k < vocab;
+    const int use_top_p = p->top_p > 0.0f && p->top_p < 1.0f;
+    if (!use_top_k && !use_top_p && !(p->min_p > 0.0f)) return race(logits, vocab, p, imax);
 
     /* Temperature and softmax (unnormalized). */
     float inv_t = 1.0f / p->temperature;
@@ -253,8 +253,6 @@ static int32_t sample_filtered(float *logits, int vocab, const SamplingRow *p, f
 
     /* Top-k, then top-p over the top-k set: bound = the worst token kept (-1 = no bound). */
     int bound = -1;
-    int use_top_k = p->top_k > 0 && p->top_k < vocab;
-    int use_top_p = p->top_p > 0.0f && p->top_p < 1.0f;
     if (use_top_k || use_top_p) {
         for (int i = 0; i < vocab; i++) idx[i] = i;
         int n = vocab;
