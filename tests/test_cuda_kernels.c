@@ -2131,9 +2131,11 @@ static void test_sampler_ranges(void **state) {
  * row, log-prob 0, the scratch left zeroed (run_sampler); and against the reference (keys in
  * double) and the CPU sampler, which may differ only where two keys are within rounding. Rows:
  * random, greedy, the best logit tied across blocks' pieces, NaN and -inf among the logits, all
- * NaN (0), all -inf (0), +inf twice (the lower id), a tiny and a large temperature;
- * vocabularies of one partial piece, unaligned rows, exactly one piece, one piece and one id,
- * and Qwen3's; f32 and bf16 logits. */
+ * NaN (0), all -inf (0), +inf twice (the lower id), a tiny and a large temperature, every key
+ * equal but for rounding (the race kernel's pruning keeps every id a candidate and settles ties
+ * by the exact keys), logits near 1e6 (its slack relative to them); vocabularies of one partial
+ * piece, unaligned rows, exactly one piece, one piece and one id, and Qwen3's; f32 and bf16
+ * logits. */
 static void test_sampler_race(void **state) {
     (void)state;
     const int Vs[] = {7, 33, 1001, 4096, 4097, 151936};
@@ -2145,10 +2147,11 @@ static void test_sampler_race(void **state) {
             for (int64_t i = 0; i < (int64_t)n * V; i++)
                 logits[i] = 4 * frand();
             RefRow *rr = xcalloc(n, sizeof *rr);
-            static const float temps[10] = {0.6f, 0, 0.6f, 1.3f, 1, 0.7f, 0.8f, 1e-3f, 5, 1};
+            static const float temps[12] = {0.6f, 0, 0.6f, 1.3f, 1, 0.7f, 0.8f, 1e-3f, 5, 1,
+                                            0.6f, 0.9f};
             for (int r = 0; r < n; r++) {
                 float *x = logits + (int64_t)r * V;
-                const int kind = (r + rep) % 10;
+                const int kind = (r + rep) % 12;
                 rr[r] = (RefRow){.temperature = temps[kind],
                                  .top_p = 1,
                                  .rep = 1,
@@ -2168,6 +2171,15 @@ static void test_sampler_race(void **state) {
                     for (int i = 0; i < V; i++)
                         x[i] = -INFINITY;
                 if (kind == 6) x[V / 2] = x[V - 1] = INFINITY;
+                if (kind == 10) { /* every key 1 but for rounding: every id near the best */
+                    const CvllmRaceKey k = cvllm_race_key(rr[r].seed, rr[r].index);
+                    for (int i = 0; i < V; i++)
+                        x[i] = (float)(1.0 + (double)rr[r].temperature *
+                                                 log(-log((double)cvllm_race_uniform(k, i))));
+                }
+                if (kind == 11) /* large logits: the bound's slack relative to them */
+                    for (int i = 0; i < V; i++)
+                        x[i] += 1e6f;
             }
             g_sampler_bf16 = rep % 2;
             if (g_sampler_bf16) round_bf16(logits, (int64_t)n * V);
@@ -2189,16 +2201,18 @@ static void test_sampler_race(void **state) {
                         fail_msg("race sampler (%s) V %d rows %d row %d (kind %d, %s): token %d, "
                                  "the one-block kernel's %d",
                                  way == 1 ? "race kernel" : "cluster kernels", V, n, r,
-                                 (r + rep) % 10, rep % 2 ? "bf16" : "f32", tok[way][r], tok[0][r]);
+                                 (r + rep) % 12, rep % 2 ? "bf16" : "f32", tok[way][r], tok[0][r]);
                     if (lp[way][r] != 0.0f) fail_msg("race sampler: log-prob %g", lp[way][r]);
                 }
                 const float *x = logits + (int64_t)r * V;
                 const int want = ref_sample(x, V, &rr[r], NULL);
                 const int cwant = cpu_sample(x, V, &rr[r], NULL, NULL, NULL);
-                const int kind = (r + rep) % 10;
+                const int kind = (r + rep) % 12;
                 if (tok[1][r] != want && (kind == 1 || kind == 4 || kind == 5 || kind == 6))
                     fail_msg("race sampler V %d row %d (kind %d): token %d, want %d", V, r, kind,
                              tok[1][r], want);
+                if (kind >= 10) continue; /* keys within rounding (near 1e6 too): the kernels'
+                                           * equality above */
                 mism += tok[1][r] != want;
                 mism_cpu += tok[1][r] != cwant;
             }

@@ -191,7 +191,9 @@ typedef struct {
     unsigned skip;        /* op classes decode steps leave out (1 << PC_*; CVLLM_CUDA_SKIP) */
     int64_t *h_slots;
     /* sampling: rows, id histories, outputs (device + pinned host) */
-    CudaSamplingRow *d_rows, *h_rows;
+    CudaSamplingRow *d_rows, *h_rows; /* d_rows: [2][Smax], a half a staging set (rows_dev) */
+    int rows_copy;                     /* sampling rows copy_inputs sends with a step's inputs */
+    int rows_mapped;                   /* CVLLM_CUDA_ROWS_MAPPED=1: the sampler reads h_rows */
     int32_t *d_hist, *h_hist;
     int64_t hist_cap;
     int32_t *d_tok, *h_tok, *d_top, *h_top;
@@ -544,7 +546,7 @@ static size_t carve_inputs(CudaBackend *c, char *base, int dev) {
     int32_t *cu = carve(base, &off, (S + 1) * 4), *ctx = carve(base, &off, S * 4),
             *lidx = carve(base, &off, S * 4);
     int32_t *tables = carve(base, &off, S * (size_t)c->max_blocks * 4);
-    CudaSamplingRow *rows = carve(base, &off, S * sizeof(CudaSamplingRow));
+    CudaSamplingRow *rows = carve(base, &off, 2 * S * sizeof(CudaSamplingRow)); /* rows_dev */
     int32_t *hist = carve(base, &off, (size_t)c->hist_cap * 4);
     const size_t tops = S * CUDA_SAMPLER_MAX_LOGPROBS * 4;
     int32_t *tok = carve(base, &off, S * 4), *top = carve(base, &off, tops);
@@ -590,6 +592,7 @@ static int alloc_workspace(CudaBackend *c) {
         c->order_decode = !e || !*e ? -1 : v >= 0 && v <= 2 ? v : 1;
     }
     c->dec_rec = cuda_env_flag("CVLLM_CUDA_DEC_REC", 1);
+    c->rows_mapped = cuda_env_flag("CVLLM_CUDA_ROWS_MAPPED", 0);
     {
         const char *e = getenv("CVLLM_CUDA_DEC_TAIL");
         const int v = e && *e ? atoi(e) : 25;
@@ -1159,6 +1162,15 @@ static const void *mapped(const CudaBackend *c, const void *h) {
     return c->h_in_dev + ((const char *)h - (const char *)c->h_in);
 }
 
+/* The device copy of the current staging set's sampling rows: a half of d_rows a set, so that a
+ * step's input copy, which runs beside the sampler of the step before (sampler_pdl_note in
+ * sampler.cu), never writes the rows that sampler reads. They go with the step's other inputs
+ * (copy_inputs), before its model: read from device memory, not over PCIe by every block of
+ * the race kernel (9,728 of them for 256 rows of Qwen3). */
+static CudaSamplingRow *rows_dev(const CudaBackend *c) {
+    return c->d_rows + (size_t)c->set * c->Smax;
+}
+
 /* Block tables whose used columns hold up to this many bytes go with the other inputs in
  * copy_segments_cuda's one launch, as rows of their used columns (the kernel reads host memory
  * over PCIe, a word a thread, every word in flight at once); more by a copy engine
@@ -1201,6 +1213,8 @@ static int copy_inputs(CudaBackend *c, int T, int S, int n_logits, int order,
     SEG(c->d_cu_q, c->h_cu_q, (size_t)(S + 1) * 4);
     SEG(c->d_ctx, c->h_ctx, (size_t)S * 4);
     if (n_logits > 0) SEG(c->d_lidx, c->h_lidx, (size_t)n_logits * 4);
+    if (c->rows_copy > 0) /* the sampler's rows, into this staging set's half (rows_dev) */
+        SEG(rows_dev(c), c->h_rows, (size_t)c->rows_copy * sizeof(CudaSamplingRow));
     if (order && c->dec_rec) /* the records carry the order */
         SEG(c->d_rec, c->h_rec, (size_t)S * DEC_REC_INTS * 4);
     else if (order)
@@ -1604,10 +1618,6 @@ static int stage_sampling(CudaBackend *c, const StepInputs *in) {
         nid += n;
     }
     cudaStream_t st = c->stream;
-    if (!c->h_in_dev) /* else the sampler reads them where they are (mapped) */
-        CUDA_TRY(cudaMemcpyAsync(c->d_rows, c->h_rows,
-                                 (size_t)in->num_logits * sizeof(CudaSamplingRow),
-                                 cudaMemcpyHostToDevice, st));
     if (nid)
         CUDA_TRY(
             cudaMemcpyAsync(c->d_hist, c->h_hist, (size_t)nid * 4, cudaMemcpyHostToDevice, st));
@@ -1775,16 +1785,21 @@ static int enqueue_step(CudaBackend *c, const StepInputs *in, float *logits) {
 #ifdef CVLLM_HAVE_NCCL
     if (c->tp) TRY(send_step(c, &sl));
 #endif
-    TRY(launch_step(c, &sl, ids_from));
+    if (n > 0) TRY(stage_sampling(c, in)); /* the rows go with the inputs (copy_inputs) */
+    const int rows_mapped = c->rows_mapped && c->h_in_dev;
+    c->rows_copy = n > 0 && !rows_mapped ? n : 0;
+    const int rc = launch_step(c, &sl, ids_from);
+    c->rows_copy = 0;
+    TRY(rc);
     if (n == 0) {
         PROF(c, PC_INPUTS); /* the end mark */
         return 0;
     }
     PROF(c, PC_SAMPLER);
-    TRY(stage_sampling(c, in));
-    /* mapped: the rows read from, and the tokens written to, the pinned buffers themselves (two
-     * copy-engine operations fewer) */
-    const CudaSamplingRow *rows = c->h_in_dev ? mapped(c, c->h_rows) : c->d_rows;
+    /* the rows in device memory (rows_dev) unless CVLLM_CUDA_ROWS_MAPPED=1 (measuring: read
+     * where they are staged); the tokens written to the pinned buffer itself (mapped: a
+     * copy-engine operation fewer) */
+    const CudaSamplingRow *rows = rows_mapped ? mapped(c, c->h_rows) : rows_dev(c);
     /* tensor parallelism: into d_tok too, where the next step's broadcast reads them */
     int32_t *tok = c->h_in_dev && !c->tp ? (int32_t *)mapped(c, c->h_tok) : c->d_tok;
     TRY(sampler_cuda(c->logits, c->ldt, n, c->V, rows, c->h_rows, c->d_hist, tok, c->d_lp,

@@ -209,7 +209,8 @@ static int bench_gemm_algos(cudaStream_t st) {
     const int shapes[][2] = {
         {4096, 1024}, {1024, 2048}, {6144, 1024}, {1024, 3072}, {151936, 1024}};
     const char *names[] = {"qkv", "o_proj", "gate_up", "down", "lm_head"};
-    const int Ts[] = {8, 16, 32, 64, 128, 256};
+    const int Ts[] = {8, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256};
+    const int nT = (int)(sizeof Ts / sizeof Ts[0]);
     void *ws, *x, *w;
     float *y;
     BCHECK(cudaMalloc(&ws, 32 << 20));
@@ -225,12 +226,16 @@ static int bench_gemm_algos(cudaStream_t st) {
         gemm_set_mma_max_t(g[r], 0); /* every product through cuBLASLt */
         gemm_set_tma_max_t(g[r], 0);
     }
+    const int lm_all = cuda_env_flag("CVLLM_BENCH_GEMM_ALL", 0);
     printf("gemm-algos: cuBLASLt's first %d algorithms a decode-sized product (bf16 in, f32 out), "
            "%d in a CUDA graph, each its own weights: us a product\n",
            GEMM_RANKS, GEMM_GRAPH);
     for (int si = 0; si < 5; si++)
-        for (int ti = 0; ti < 6; ti++) {
+        for (int ti = 0; ti < nT; ti++) {
             const int T = Ts[ti], N = shapes[si][0], K = shapes[si][1];
+            if (!lm_all && si < 4 && T % 16 == 0 && T != 16 && T != 32 && T != 64 && T != 128 &&
+                T != 256)
+                continue; /* every decode bucket for lm_head only (CVLLM_BENCH_GEMM_ALL=1: all) */
             int nw = (int)((size_t)151936 * 1024 / ((size_t)N * K));
             nw = nw > GEMM_GRAPH ? GEMM_GRAPH : nw < 1 ? 1 : nw;
             float first = -1, best = -1;

@@ -439,12 +439,12 @@ extern "C" int qk_norm_rope_store_cuda(float *d_qkv, int64_t ld, const void *d_s
 
 /* The segments' words as one index space, a thread a word (16 bytes where a one-run segment's
  * ends allow, else 4; rows: 4), so that every load of host memory over PCIe is in flight at
- * once: a thread's word is one round trip, not one a segment (a step's inputs are ~8 segments).
+ * once: a thread's word is one round trip, not one a segment (a step's inputs are ~9 segments).
  * Launched with a thread for every word where it can be (up to COPY_SEG_MAX_BLOCKS blocks). */
 #define COPY_SEG_MAX_BLOCKS 512
 struct CopyPlan {
-    int64_t first[9]; /* segment i's words: first[i] .. first[i + 1] - 1 */
-    int64_t n16[8];   /* one run: its 16-byte words (the rest 4-byte words); rows: 0 */
+    int64_t first[COPY_SEGMENTS_MAX + 1]; /* segment i's words: first[i] .. first[i + 1] - 1 */
+    int64_t n16[COPY_SEGMENTS_MAX]; /* one run: its 16-byte words (the rest 4-byte); rows: 0 */
 };
 __device__ __forceinline__ void copy_word(const CopySegments &c, const CopyPlan &pl, int i,
                                           int64_t k) {
@@ -486,8 +486,9 @@ __global__ void copy_segments_kernel(CopySegments c, CopyPlan pl) {
 }
 
 extern "C" int copy_segments_cuda(const CopySegments *segs, cudaStream_t stream) {
-    if (segs->n < 0 || segs->n > 8)
-        return cvllm_errorf(CVLLM_EINVAL, "copy_segments: %d segments (at most 8)", segs->n);
+    if (segs->n < 0 || segs->n > COPY_SEGMENTS_MAX)
+        return cvllm_errorf(CVLLM_EINVAL, "copy_segments: %d segments (at most %d)", segs->n,
+                            COPY_SEGMENTS_MAX);
     CopyPlan pl = {};
     for (int i = 0; i < segs->n; i++) {
         const int rows = segs->rows[i] > 1 ? segs->rows[i] : 1;

@@ -126,8 +126,25 @@ static cudaDataType_t cuda_type(DType dt) {
     return dt == DTYPE_BF16 ? CUDA_R_16BF : dt == DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
+/* CVLLM_CUDA_LMHEAD_RANKS (measuring): "T:rank,T:rank,..." (T increasing): a product with a
+ * vocabulary-sized N (more than LMHEAD_MIN_N rows of W) and T tokens takes the heuristic's
+ * algorithm of the rank listed for the first T' >= T (none: the rank of gemm_set_algo_rank). */
+#define LMHEAD_MIN_N 32768
+static int lmhead_rank(int T, int dflt) {
+    const char *e = getenv("CVLLM_CUDA_LMHEAD_RANKS");
+    for (const char *p = e; p && *p;) {
+        int t = 0, r = 0, n = 0;
+        if (sscanf(p, "%d:%d%n", &t, &r, &n) != 2) break;
+        if (T <= t) return r >= 0 && r < GEMM_MAX_ALGOS ? r : dflt;
+        p += n;
+        if (*p == ',') p++;
+    }
+    return dflt;
+}
+
 static int plan_make(CudaGemm *g, GemmPlan *p, int T, int N, int K, int64_t ldy, DType adt,
                      DType ydt) {
+    const int rank = N > LMHEAD_MIN_N ? lmhead_rank(T, g->algo_rank) : g->algo_rank;
     memset(p, 0, sizeof *p);
     p->T = T, p->N = N, p->K = K, p->ldy = ldy, p->adt = adt, p->ydt = ydt;
     const cudaDataType_t in = cuda_type(adt);
@@ -147,17 +164,17 @@ static int plan_make(CudaGemm *g, GemmPlan *p, int T, int N, int K, int64_t ldy,
     int found = 0;
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->d, p->d, pref,
-                                            g->algo_rank + 1, res, &found);
+                                            rank + 1, res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS)
         return lt_error(st, __LINE__, "cublasLtMatmulAlgoGetHeuristic");
-    if (found <= g->algo_rank)
+    if (found <= rank)
         return cvllm_errorf(
             CVLLM_EBACKEND,
             "cuda backend: cuBLASLt has %d algorithm(s) for a %s [%d, %d] x [%d, %d]^T "
             "product%s",
-            found, dtype_name(adt), T, K, N, K, g->algo_rank ? " (gemm_set_algo_rank)" : "");
-    p->algo = res[g->algo_rank].algo;
+            found, dtype_name(adt), T, K, N, K, rank ? " (gemm_set_algo_rank)" : "");
+    p->algo = res[rank].algo;
     return 0;
 }
 

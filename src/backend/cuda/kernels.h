@@ -123,12 +123,13 @@ int gather_rows_cuda(float *d_y, const float *d_x, const int32_t *d_idx, int n, 
  * segment 0 is int32 token ids (one run) and a negative one, -(r + 1), is written as
  * ids_from[r] instead (a token the step before sampled in row r: asynchronous steps). CPU:
  * memcpy of each run, then that substitution. */
+#define COPY_SEGMENTS_MAX 10
 typedef struct {
-    const void *src[8];
-    void *dst[8];
-    int64_t bytes[8];
-    int rows[8]; /* 0 or 1: one run */
-    int64_t src_pitch[8], dst_pitch[8];
+    const void *src[COPY_SEGMENTS_MAX];
+    void *dst[COPY_SEGMENTS_MAX];
+    int64_t bytes[COPY_SEGMENTS_MAX];
+    int rows[COPY_SEGMENTS_MAX]; /* 0 or 1: one run */
+    int64_t src_pitch[COPY_SEGMENTS_MAX], dst_pitch[COPY_SEGMENTS_MAX];
     int n;
     const int32_t *ids_from;
 } CopySegments;

@@ -926,8 +926,10 @@ __global__ void __launch_bounds__(SAMPLER_STAGED_THREADS, 2)
  * and count back to 0 (zero between calls, as the scratch's contract says). A row with no key
  * above -inf (every logit -inf or NaN) takes greedy's token, the lowest id that is not NaN, from a
  * scan by that last block (0 if all are NaN). The row leaves memory once, in as many blocks as it
- * has RACE_IDS (38 a Qwen3 row), with no cluster and no barrier between blocks. Every row gets
- * sampler_kernel's token. */
+ * has RACE_IDS (38 a Qwen3 row), with no cluster and no barrier between blocks. With a
+ * temperature, a whole piece's ids get their exact key only where a bound allows them to win
+ * (race_whole_pruned: one log an id, not two; CVLLM_CUDA_SAMPLER=noprune: every key). Every row
+ * gets sampler_kernel's token. */
 #define RACE_THREADS 256
 #define RACE_IDS (RACE_THREADS * 16)
 
@@ -953,11 +955,67 @@ __device__ __forceinline__ void race_piece(const Logits<L> &x, const float4 *q, 
     }
 }
 
+/* race_piece for a whole piece with a temperature, pruned (the same best key and id, exactly):
+ * most ids cannot win, and a bound tells which without the key's two logs. As -ln(u) >= 1 - u
+ * = w (exact in f32 for our u), a key x - T ln(-ln u) is at most x - T ln(w): ub = fma(-t2,
+ * lg2(w), x), one log an id. race_key's own roundings (race_ln within a few ulp, lg2_approx
+ * within 2 ulp, each fma half an ulp) keep a computed key below ub + t2 2^-16 + (|ub| + |key|)
+ * 2^-24; the slack below is four times that or more. A thread takes the exact key of its
+ * largest bound, the warp the largest of those keys (th: a key that exists, so the row's best is
+ * at least th), and only the ids whose bound reaches th - slack get their exact key, one after
+ * another (few: their logits read again): the row's winner is among them, and any id that ties
+ * th (the lowest id wins a tie). */
+template <typename L>
+__device__ __forceinline__ void race_whole_pruned(const Logits<L> &x, const float4 *q, int lo,
+                                                  float t2, CvllmRaceKey k, float *bk, int *bi) {
+    const int base = lo + 4 * (int)threadIdx.x; /* the thread's ids: race_piece's order */
+    auto id_of = [&](int j) { return base + 4 * RACE_THREADS * (j >> 2) + (j & 3); };
+    float ub[16], top = -INFINITY;
+    int tj = -1;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const float v[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const float w = 1.0f - cvllm_race_uniform(k, (uint32_t)id_of(4 * u + c));
+            ub[4 * u + c] = fmaf(-t2, lg2_approx(w), v[c]);
+            if (ub[4 * u + c] > top) top = ub[4 * u + c], tj = 4 * u + c;
+        }
+    }
+    float b = -INFINITY;
+    int bid = -1;
+    if (tj >= 0) { /* ub above -inf: its logit too */
+        const float key = race_key(x[id_of(tj)], t2, k, id_of(tj));
+        if (key > b) b = key, bid = id_of(tj);
+    }
+    float th = b;
+    for (int o = 16; o > 0; o >>= 1)
+        th = fmaxf(th, __shfl_xor_sync(FULL_MASK, th, o));
+    /* th -inf: no key above -inf in the warp; +inf: tj is this thread's first +inf logit, and no
+     * finite logit's key reaches +inf (the caller's bound on t) */
+    if (th > -INFINITY && th < INFINITY) {
+        const float cut = th - fmaf(t2, 6.103515625e-05f /* 2^-14 */,
+                                    fmaf(fabsf(th), 9.5367431640625e-07f /* 2^-20 */, 1e-37f));
+        unsigned m = 0;
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+            if (ub[j] >= cut) m |= 1u << j;
+        m &= ~(1u << tj);
+        while (m) {
+            const int j = __ffs(m) - 1, i = id_of(j);
+            m &= m - 1;
+            const float key = race_key(x[i], t2, k, i);
+            if (key > b || (key == b && i < bid)) b = key, bid = i;
+        }
+    }
+    *bk = b, *bi = bid;
+}
+
 template <typename L>
 __global__ void __launch_bounds__(RACE_THREADS)
     sampler_race_kernel(const L *logits, int vocab, const CudaSamplingRow *rows,
                         int32_t *token_out, float *logprob_out, unsigned long long *d_best,
-                        unsigned int *d_done) {
+                        unsigned int *d_done, bool prune) {
     pdl_trigger(); /* sampler_pdl_note */
     __shared__ int last;
     __shared__ unsigned long long word;
@@ -980,7 +1038,9 @@ __global__ void __launch_bounds__(RACE_THREADS)
     const float t = sh_t;
     float bk = -INFINITY;
     int bi = -1;
-    if (t > 0.0f)
+    if (t > 0.0f && t <= 1e29f && whole && prune) /* t: no finite bound or key overflows */
+        race_whole_pruned(x, q, lo, race_t2(t), cvllm_race_key(sh_seed, sh_index), &bk, &bi);
+    else if (t > 0.0f)
         race_piece<true>(x, q, whole, lo, hi, race_t2(t), cvllm_race_key(sh_seed, sh_index), &bk,
                          &bi);
     else
@@ -1090,8 +1150,10 @@ static int launch_race(const L *logits, int n, int vocab, const CudaSamplingRow 
     unsigned long long *best = (unsigned long long *)d_scratch;
     unsigned int *done = (unsigned int *)(best + n);
     const dim3 grid((unsigned)((vocab + RACE_IDS - 1) / RACE_IDS), (unsigned)n);
+    const char *e = getenv("CVLLM_CUDA_SAMPLER"); /* =noprune: every id's key (measuring) */
+    const bool prune = !(e && strcmp(e, "noprune") == 0);
     sampler_race_kernel<L><<<grid, RACE_THREADS, 0, stream>>>(logits, vocab, d_rows, d_token,
-                                                              d_logprob, best, done);
+                                                              d_logprob, best, done, prune);
     CUDA_LAUNCH_TRY();
     return 0;
 }
