@@ -932,6 +932,7 @@ __global__ void __launch_bounds__(SAMPLER_STAGED_THREADS, 2)
  * gets sampler_kernel's token. */
 #define RACE_THREADS 256
 #define RACE_IDS (RACE_THREADS * 16)
+#define RACE_PPB 3 /* pieces of RACE_IDS a block (CVLLM_CUDA_RACE_PPB): 13 blocks a Qwen3 row */
 
 /* A thread's best key above -inf (and its id) over its ids of [lo, hi): those of the quads q
  * (loaded by the caller: a whole aligned piece) or, for a partial piece, read here. */
@@ -982,8 +983,8 @@ __device__ __forceinline__ void race_whole_pruned(const Logits<L> &x, const floa
             if (ub[4 * u + c] > top) top = ub[4 * u + c], tj = 4 * u + c;
         }
     }
-    float b = -INFINITY;
-    int bid = -1;
+    float b = *bk; /* the thread's best of the pieces before (lower ids) */
+    int bid = *bi;
     if (tj >= 0) { /* ub above -inf: its logit too */
         const float key = race_key(x[id_of(tj)], t2, k, id_of(tj));
         if (key > b) b = key, bid = id_of(tj);
@@ -1015,7 +1016,7 @@ template <typename L>
 __global__ void __launch_bounds__(RACE_THREADS)
     sampler_race_kernel(const L *logits, int vocab, const CudaSamplingRow *rows,
                         int32_t *token_out, float *logprob_out, unsigned long long *d_best,
-                        unsigned int *d_done, bool prune) {
+                        unsigned int *d_done, bool prune, int ppb) {
     pdl_trigger(); /* sampler_pdl_note */
     __shared__ int last;
     __shared__ unsigned long long word;
@@ -1023,28 +1024,42 @@ __global__ void __launch_bounds__(RACE_THREADS)
     __shared__ uint64_t sh_seed, sh_index;
     const int r = blockIdx.y;
     const Logits<L> x = {logits + (int64_t)r * vocab};
-    const int lo = (int)blockIdx.x * RACE_IDS, hi = min(lo + RACE_IDS, vocab);
-    /* the piece's loads first, then the row's parameters by one thread (the rows may be host
-     * memory mapped for the device: one read a block, its latency under the loads') */
-    const bool whole = x.aligned() && lo + RACE_IDS <= hi;
-    float4 q[4];
-    if (whole)
+    /* pieces [p0, p1) of the row, each piece's loads issued before the piece before is raced */
+    const int np = (vocab + RACE_IDS - 1) / RACE_IDS, p0 = (int)blockIdx.x * ppb,
+              p1 = min(p0 + ppb, np);
+    const bool aligned = x.aligned();
+    auto whole = [&](int p) { return aligned && (p + 1) * RACE_IDS <= vocab; };
+    auto load = [&](int p, float4 *q) {
 #pragma unroll
         for (int u = 0; u < 4; u++)
-            q[u] = x.load4(lo + 4 * ((int)threadIdx.x + RACE_THREADS * u));
+            q[u] = x.load4(p * RACE_IDS + 4 * ((int)threadIdx.x + RACE_THREADS * u));
+    };
+    /* the first piece's loads, then the row's parameters by one thread (one read a block) */
+    float4 q[4];
+    if (whole(p0)) load(p0, q);
     if (threadIdx.x == 0)
         sh_t = rows[r].temperature, sh_seed = rows[r].seed, sh_index = rows[r].draw_index;
     __syncthreads();
     const float t = sh_t;
+    const CvllmRaceKey k = t > 0.0f ? cvllm_race_key(sh_seed, sh_index) : CvllmRaceKey{0, 0};
     float bk = -INFINITY;
     int bi = -1;
-    if (t > 0.0f && t <= 1e29f && whole && prune) /* t: no finite bound or key overflows */
-        race_whole_pruned(x, q, lo, race_t2(t), cvllm_race_key(sh_seed, sh_index), &bk, &bi);
-    else if (t > 0.0f)
-        race_piece<true>(x, q, whole, lo, hi, race_t2(t), cvllm_race_key(sh_seed, sh_index), &bk,
-                         &bi);
-    else
-        race_piece<false>(x, q, whole, lo, hi, 0.0f, CvllmRaceKey{0, 0}, &bk, &bi);
+    for (int p = p0; p < p1; p++) {
+        const int lo = p * RACE_IDS, hi = min(lo + RACE_IDS, vocab);
+        const bool w = whole(p), wn = p + 1 < p1 && whole(p + 1);
+        float4 qn[4];
+        if (wn) load(p + 1, qn);
+        if (t > 0.0f && t <= 1e29f && w && prune) /* t: no finite bound or key overflows */
+            race_whole_pruned(x, q, lo, race_t2(t), k, &bk, &bi);
+        else if (t > 0.0f)
+            race_piece<true>(x, q, w, lo, hi, race_t2(t), k, &bk, &bi);
+        else
+            race_piece<false>(x, q, w, lo, hi, 0.0f, k, &bk, &bi);
+        if (wn)
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                q[u] = qn[u];
+    }
     const unsigned long long best = block_max_u64(bi >= 0 ? race_pack(bk, bi) : 0ull);
     if (threadIdx.x == 0) {
         if (best) atomicMax(&d_best[r], best);
@@ -1149,11 +1164,14 @@ static int launch_race(const L *logits, int n, int vocab, const CudaSamplingRow 
                        int32_t *d_token, float *d_logprob, void *d_scratch, cudaStream_t stream) {
     unsigned long long *best = (unsigned long long *)d_scratch;
     unsigned int *done = (unsigned int *)(best + n);
-    const dim3 grid((unsigned)((vocab + RACE_IDS - 1) / RACE_IDS), (unsigned)n);
     const char *e = getenv("CVLLM_CUDA_SAMPLER"); /* =noprune: every id's key (measuring) */
     const bool prune = !(e && strcmp(e, "noprune") == 0);
+    const char *pe = getenv("CVLLM_CUDA_RACE_PPB"); /* pieces a block (measuring) */
+    const int ppb = pe && atoi(pe) > 0 ? atoi(pe) : RACE_PPB;
+    const int np = (vocab + RACE_IDS - 1) / RACE_IDS;
+    const dim3 grid((unsigned)((np + ppb - 1) / ppb), (unsigned)n);
     sampler_race_kernel<L><<<grid, RACE_THREADS, 0, stream>>>(logits, vocab, d_rows, d_token,
-                                                              d_logprob, best, done, prune);
+                                                              d_logprob, best, done, prune, ppb);
     CUDA_LAUNCH_TRY();
     return 0;
 }
