@@ -192,7 +192,6 @@ typedef struct {
     int64_t *h_slots;
     /* sampling: rows, id histories, outputs (device + pinned host) */
     CudaSamplingRow *d_rows, *h_rows; /* d_rows: [2][Smax], a half a staging set (rows_dev) */
-    int rows_copy;                     /* sampling rows copy_inputs sends with a step's inputs */
     int rows_mapped;                   /* CVLLM_CUDA_ROWS_MAPPED=1: the sampler reads h_rows */
     int32_t *d_hist, *h_hist;
     int64_t hist_cap;
@@ -1189,14 +1188,14 @@ static size_t tables_mapped_max(void) {
 }
 
 /* Copies the staged inputs of T tokens, S sequences, n logits rows (and the decode order, with
- * order) to the device: by one kernel that reads the pinned buffer where it is mapped (a copy
+ * order; the first `rows` sampling rows, into rows_dev) to the device: by one kernel that reads the pinned buffer where it is mapped (a copy
  * engine's operation costs a few microseconds each, and a step had eight: about 29 us of a
  * batch-1 decode step's 1.1 ms, H200, 2026-11-23), else by cudaMemcpyAsync each. Of the block
  * tables only the columns in use go: rows are max_model_len / block_size entries apart (2,560 for
  * qwen3-0.6b's 40,960 at block 16: 2.6 MB a step at 256 sequences, most of it never read) and a
  * batch uses its longest context's blocks, so larger tables go by one strided copy of those
  * columns. */
-static int copy_inputs(CudaBackend *c, int T, int S, int n_logits, int order,
+static int copy_inputs(CudaBackend *c, int T, int S, int n_logits, int order, int rows,
                        const int32_t *ids_from) {
     cudaStream_t st = c->stream;
     int w = 0; /* the table columns in use */
@@ -1213,8 +1212,8 @@ static int copy_inputs(CudaBackend *c, int T, int S, int n_logits, int order,
     SEG(c->d_cu_q, c->h_cu_q, (size_t)(S + 1) * 4);
     SEG(c->d_ctx, c->h_ctx, (size_t)S * 4);
     if (n_logits > 0) SEG(c->d_lidx, c->h_lidx, (size_t)n_logits * 4);
-    if (c->rows_copy > 0) /* the sampler's rows, into this staging set's half (rows_dev) */
-        SEG(rows_dev(c), c->h_rows, (size_t)c->rows_copy * sizeof(CudaSamplingRow));
+    if (rows > 0) /* the sampler's rows, into this staging set's half (rows_dev) */
+        SEG(rows_dev(c), c->h_rows, (size_t)rows * sizeof(CudaSamplingRow));
     if (order && c->dec_rec) /* the records carry the order */
         SEG(c->d_rec, c->h_rec, (size_t)S * DEC_REC_INTS * 4);
     else if (order)
@@ -1350,7 +1349,7 @@ static int measure_step(CudaBackend *c) {
     const DType saved_dt = c->kvdt;
     c->block_size = bs;
     c->kvdt = c->adt;
-    int rc = copy_inputs(c, T, S, S, 0, NULL);
+    int rc = copy_inputs(c, T, S, S, 0, 0, NULL);
     ModelLaunch m = {.T = T,
                      .S = S,
                      .max_q = maxq,
@@ -1521,7 +1520,7 @@ static int cuda_warmup(Backend *b) {
         pad_lanes(c, 0, B);
         for (int s = 0; s < B; s++)
             c->h_tables[(size_t)s * c->max_blocks] = 0;
-        TRY(copy_inputs(c, B, B, B, stage_order(c, B), NULL));
+        TRY(copy_inputs(c, B, B, B, stage_order(c, B), 0, NULL));
         AttentionParams ap = {.n_heads = c->heads,
                               .n_kv_heads = c->kvh,
                               .hd = c->hd,
@@ -1633,10 +1632,11 @@ typedef struct {
     int32_t pending;
 } StepLaunch;
 
-/* Copies the staged inputs to the device and enqueues the model (embedding .. logits). ids_from:
- * NULL, or where the step before's sampled ids are (staged ids -(r + 1) read from there; with
- * tensor parallelism d_bcast, which the broadcast below fills on every rank). */
-static int launch_step(CudaBackend *c, const StepLaunch *sl, const int32_t *ids_from) {
+/* Copies the staged inputs (with the first `rows` sampling rows: copy_inputs) to the device and
+ * enqueues the model (embedding .. logits). ids_from: NULL, or where the step before's sampled
+ * ids are (staged ids -(r + 1) read from there; with tensor parallelism d_bcast, which the
+ * broadcast below fills on every rank). */
+static int launch_step(CudaBackend *c, const StepLaunch *sl, int rows, const int32_t *ids_from) {
 #ifdef CVLLM_HAVE_NCCL
     if (c->tp && sl->pending > 0) { /* rank 0's samples of the step before, to every rank */
         TRY(tp_broadcast_i32(c->tp, c->d_tok, c->d_bcast, (size_t)sl->pending, c->stream));
@@ -1644,7 +1644,8 @@ static int launch_step(CudaBackend *c, const StepLaunch *sl, const int32_t *ids_
     }
 #endif
     PROF(c, PC_INPUTS);
-    TRY(copy_inputs(c, sl->T, sl->S, sl->n, sl->decode && stage_order(c, sl->S), ids_from));
+    TRY(copy_inputs(c, sl->T, sl->S, sl->n, sl->decode && stage_order(c, sl->S), rows,
+                    ids_from));
     if (c->ev_pending >= 0) { /* the step before's end: every operation of it is ahead */
         CUDA_TRY(cudaEventRecord(c->set_done[c->ev_pending], c->stream));
         c->ev_pending = -1;
@@ -1725,7 +1726,7 @@ static int worker_step(CudaBackend *c, const char *msg, size_t n) {
         GET(c->h_tables + (size_t)s * c->max_blocks, (size_t)nb * 4);
     }
 #undef GET
-    TRY(launch_step(c, &sl, NULL));
+    TRY(launch_step(c, &sl, 0, NULL));
     CUDA_TRY(cudaEventRecord(c->set_done[k], c->stream));
     c->prev_set = k;
     return 0;
@@ -1787,10 +1788,7 @@ static int enqueue_step(CudaBackend *c, const StepInputs *in, float *logits) {
 #endif
     if (n > 0) TRY(stage_sampling(c, in)); /* the rows go with the inputs (copy_inputs) */
     const int rows_mapped = c->rows_mapped && c->h_in_dev;
-    c->rows_copy = n > 0 && !rows_mapped ? n : 0;
-    const int rc = launch_step(c, &sl, ids_from);
-    c->rows_copy = 0;
-    TRY(rc);
+    TRY(launch_step(c, &sl, rows_mapped ? 0 : n, ids_from));
     if (n == 0) {
         PROF(c, PC_INPUTS); /* the end mark */
         return 0;

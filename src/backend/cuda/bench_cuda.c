@@ -233,8 +233,8 @@ static int bench_gemm_algos(cudaStream_t st) {
     for (int si = 0; si < 5; si++)
         for (int ti = 0; ti < nT; ti++) {
             const int T = Ts[ti], N = shapes[si][0], K = shapes[si][1];
-            if (!lm_all && si < 4 && T % 16 == 0 && T != 16 && T != 32 && T != 64 && T != 128 &&
-                T != 256)
+            const int core = T == 8 || T == 16 || T == 32 || T == 64 || T == 128 || T == 256;
+            if (!lm_all && si < 4 && !core)
                 continue; /* every decode bucket for lm_head only (CVLLM_BENCH_GEMM_ALL=1: all) */
             int nw = (int)((size_t)151936 * 1024 / ((size_t)N * K));
             nw = nw > GEMM_GRAPH ? GEMM_GRAPH : nw < 1 ? 1 : nw;
