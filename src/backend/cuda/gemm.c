@@ -173,7 +173,8 @@ static int plan_make(CudaGemm *g, GemmPlan *p, int T, int N, int K, int64_t ldy,
             CVLLM_EBACKEND,
             "cuda backend: cuBLASLt has %d algorithm(s) for a %s [%d, %d] x [%d, %d]^T "
             "product%s",
-            found, dtype_name(adt), T, K, N, K, rank ? " (gemm_set_algo_rank)" : "");
+            found, dtype_name(adt), T, K, N, K,
+            rank ? " (a rank past the first: gemm_set_algo_rank or CVLLM_CUDA_LMHEAD_RANKS)" : "");
     p->algo = res[rank].algo;
     return 0;
 }
