@@ -62,15 +62,19 @@ CVLLM_HD CvllmRaceKey cvllm_race_key(uint64_t seed, uint64_t index) {
     return k;
 }
 
-CVLLM_HD float cvllm_race_uniform(CvllmRaceKey k, uint32_t i) {
+/* the hash of id i under the key (the GPU's race kernel forms u from it its own way: sampler.cu) */
+CVLLM_HD uint32_t cvllm_race_hash(CvllmRaceKey k, uint32_t i) {
     uint32_t x = i * 0x9E3779B1u + k.k0;
     x ^= x >> 16;
     x *= 0x7feb352du;
     x ^= x >> 15;
     x *= 0x846ca68bu;
     x ^= x >> 16;
-    x ^= k.k1;
-    return (float)((x >> 8) | 1u) * 5.9604644775390625e-8f; /* 2^-24 */
+    return x ^ k.k1;
+}
+
+CVLLM_HD float cvllm_race_uniform(CvllmRaceKey k, uint32_t i) {
+    return (float)((cvllm_race_hash(k, i) >> 8) | 1u) * 5.9604644775390625e-8f; /* 2^-24 */
 }
 
 #endif

@@ -259,9 +259,30 @@ __device__ __forceinline__ float lg2_approx(float x) { /* x normal and positive 
     asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
+/* cvllm_race_uniform on the GPU, the same floats, one ALU operation an id fewer: the race
+ * kernel is bound by its ALU pipe (75% busy, Nsight Compute, H200 2026-12-04), where the CPU's
+ * form spends a shift, an or and an integer-to-float conversion on ((h >> 8) | 1) 2^-24 (h:
+ * cvllm_race_hash). Here (h >> 9) + 0x3f800000, the bits of f = 1 + (h >> 9) 2^-23 (one
+ * LEA.HI: mad.hi by 2^23), then f - (1 - 2^-24) = (2 (h >> 9) + 1) 2^-24 = ((h >> 8) | 1)
+ * 2^-24: one exact subtraction (an odd multiple of 2^-24 below 1). And w = 1 - u = (2^24 - 1 -
+ * 2 (h >> 9)) 2^-24 is the same with ~h (~h >> 9 = 2^23 - 1 - (h >> 9)): the not folds into
+ * the hash's last xor. (The hash's shifts as high words of products, IMAD.HI on the FMA pipe,
+ * made the kernel 4% slower: BENCHMARKS round 36.) test_sampler_race's draws against the CPU's
+ * fail on any other bit (a build with 2^22 for 2^23 failed it and the other sampler tests). */
+__device__ __forceinline__ float race_odd(uint32_t h) { /* (2 (h >> 9) + 1) 2^-24 */
+    uint32_t r;
+    asm("mad.hi.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(h), "r"(1u << 23), "r"(0x3f800000u));
+    return __uint_as_float(r) - 0.99999994039535522f; /* 1 - 2^-24 */
+}
+__device__ __forceinline__ float race_u(CvllmRaceKey k, uint32_t i) { /* u_i */
+    return race_odd(cvllm_race_hash(k, i));
+}
+__device__ __forceinline__ float race_w(CvllmRaceKey k, uint32_t i) { /* 1 - u_i */
+    return race_odd(~cvllm_race_hash(k, i));
+}
 /* x's key; t2 = T ln 2 (race_t2) */
 __device__ __forceinline__ float race_key(float x, float t2, CvllmRaceKey k, int i) {
-    return fmaf(-t2, lg2_approx(-race_ln(cvllm_race_uniform(k, (uint32_t)i))), x);
+    return fmaf(-t2, lg2_approx(-race_ln(race_u(k, (uint32_t)i))), x);
 }
 __device__ __forceinline__ float race_t2(float t) {
     return t * 0.693147182f;
@@ -979,7 +1000,7 @@ __device__ __forceinline__ void race_whole_pruned(const Logits<L> &x, const floa
         const float v[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
 #pragma unroll
         for (int c = 0; c < 4; c++) {
-            const float w = 1.0f - cvllm_race_uniform(k, (uint32_t)id_of(4 * u + c));
+            const float w = race_w(k, (uint32_t)id_of(4 * u + c));
             ub[4 * u + c] = fmaf(-t2, lg2_approx(w), v[c]);
             if (ub[4 * u + c] > top) top = ub[4 * u + c], tj = 4 * u + c;
         }
