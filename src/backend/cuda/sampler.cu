@@ -267,8 +267,8 @@ __device__ __forceinline__ float lg2_approx(float x) { /* x normal and positive 
  * 2^-24: one exact subtraction (an odd multiple of 2^-24 below 1). And w = 1 - u = (2^24 - 1 -
  * 2 (h >> 9)) 2^-24 is the same with ~h (~h >> 9 = 2^23 - 1 - (h >> 9)): the not folds into
  * the hash's last xor. (The hash's shifts as high words of products, IMAD.HI on the FMA pipe,
- * made the kernel 4% slower: BENCHMARKS round 36.) test_sampler_race's draws against the CPU's
- * fail on any other bit (a build with 2^22 for 2^23 failed it and the other sampler tests). */
+ * made the kernel 4% slower: BENCHMARKS round 36.) The sampler tests compare the draws with the
+ * CPU's: a build with 2^22 for 2^23 failed test_sampler_race and three others (H200). */
 __device__ __forceinline__ float race_odd(uint32_t h) { /* (2 (h >> 9) + 1) 2^-24 */
     uint32_t r;
     asm("mad.hi.u32 %0, %1, %2, %3;" : "=r"(r) : "r"(h), "r"(1u << 23), "r"(0x3f800000u));
