@@ -520,7 +520,7 @@ static int32_t race_draw(const float *x, int vocab, float t, uint64_t seed, int 
  * races must return lo (lowest id on ties, even below the argmax whose key starts the race). */
 static int exact_tie_row(float *x, int V, float t, uint64_t seed, uint64_t index) {
     const CvllmRaceKey k = cvllm_race_key(seed, index);
-    const double t2 = (double)(t * 0.693147182f);
+    const double t2 = (double)cvllm_race_t2(t);
     const double q = ldexp(1.0, (int)floor(log2(t2)) - 5), base = q * 12582912.0; /* 1.5 2^23 q */
     for (int hi = V - 1; hi > 0; hi--) {
         const double lhi = log2(-log((double)cvllm_race_uniform(k, (uint32_t)hi)));

@@ -77,4 +77,10 @@ CVLLM_HD float cvllm_race_uniform(CvllmRaceKey k, uint32_t i) {
     return (float)((cvllm_race_hash(k, i) >> 8) | 1u) * 5.9604644775390625e-8f; /* 2^-24 */
 }
 
+/* T ln 2, the factor of log2(-ln u_i) in a key, key = fma(-(T ln 2), log2(-ln u_i), x_i): the CPU
+ * and every GPU kernel round it the same way, so their keys are computed from the same float. */
+CVLLM_HD float cvllm_race_t2(float temperature) {
+    return temperature * 0.693147182f; /* ln 2 as a float */
+}
+
 #endif

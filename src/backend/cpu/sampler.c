@@ -211,7 +211,7 @@ static float race_key(const CvllmRaceKey *k, float t2, float x, int i) {
 
 static int32_t race(const float *x, int vocab, const SamplingRow *p, int imax) {
     const CvllmRaceKey k = cvllm_race_key(p->seed, (uint64_t)p->num_output);
-    const float t2 = p->temperature * 0.693147182f;
+    const float t2 = cvllm_race_t2(p->temperature);
 #if defined(__x86_64__)
     if (cpu_isa_get() >= CPU_ISA_AVX2) return sampler_race_avx2(x, vocab, t2, k, imax);
 #endif

@@ -280,12 +280,9 @@ __device__ __forceinline__ float race_u(CvllmRaceKey k, uint32_t i) { /* u_i */
 __device__ __forceinline__ float race_w(CvllmRaceKey k, uint32_t i) { /* 1 - u_i */
     return race_odd(~cvllm_race_hash(k, i));
 }
-/* x's key; t2 = T ln 2 (race_t2) */
+/* x's key; t2 = T ln 2 (cvllm_race_t2) */
 __device__ __forceinline__ float race_key(float x, float t2, CvllmRaceKey k, int i) {
     return fmaf(-t2, lg2_approx(-race_ln(race_u(k, (uint32_t)i))), x);
-}
-__device__ __forceinline__ float race_t2(float t) {
-    return t * 0.693147182f;
 }
 /* A race candidate as one orderable word: the key's bits (ordered as floats; NaN excluded by the
  * caller) above the complement of the id, so that the larger word is the larger key, then the
@@ -374,6 +371,25 @@ __device__ __forceinline__ void for_range(const X &x, int lo0, int hi0, int w, b
             }
         }
     }
+}
+
+/* The exponential race over the slice [lo, hi) of a row (the whole row in sampler_kernel, a
+ * block's slice in the cluster kernels): the block's best race word (race_pack; 0: no key that is
+ * not NaN), every thread gets it. value(v, i): the logit the key is taken of (the raw logit v, or
+ * the penalized one). */
+template <typename X, typename V>
+__device__ __forceinline__ unsigned long long block_race(const X &x, int lo, int hi,
+                                                         const CudaSamplingRow &P, V &&value) {
+    const CvllmRaceKey k = cvllm_race_key(P.seed, P.draw_index);
+    unsigned long long best = 0;
+    for_range(x, lo, hi, threadIdx.x >> 5, false, [&](float v, int i) {
+        const float key = race_key(value(v, i), cvllm_race_t2(P.temperature), k, i);
+        if (!isnan(key)) {
+            const unsigned long long w = race_pack(key, i);
+            best = w > best ? w : best;
+        }
+    });
+    return block_max_u64(best);
 }
 
 /* After a for_range pass in which each thread added its amounts into mine (and took the largest id
@@ -654,16 +670,8 @@ __global__ void __launch_bounds__(SAMPLER_THREADS)
     if (P.temperature > 0.0f && isfinite(a.v) && a.i >= 0 && !use_k && !use_p &&
         !(P.min_p > 0.0f)) {
         /* no filter: the exponential race over the penalized logits */
-        const CvllmRaceKey k = cvllm_race_key(P.seed, P.draw_index);
-        unsigned long long best = 0;
-        for_range(S.R.x, 0, vocab, warp, false, [&](float v, int i) {
-            const float key = race_key(eff_logit(S.R, v, i), race_t2(P.temperature), k, i);
-            if (!isnan(key)) {
-                const unsigned long long w = race_pack(key, i);
-                best = w > best ? w : best;
-            }
-        });
-        best = block_max_u64(best);
+        const unsigned long long best = block_race(
+            S.R.x, 0, vocab, P, [&](float v, int i) { return eff_logit(S.R, v, i); });
         tok = race_id(best); /* the argmax's key is finite: best is not 0 */
     } else if (P.temperature > 0.0f && isfinite(a.v) && a.i >= 0) {
         S.m = a.v;
@@ -823,16 +831,8 @@ __device__ void cluster_sample(const X &x, int lo, int hi, const CudaSamplingRow
     const bool live = P.temperature > 0.0f && isfinite(g.v) && g.i >= 0; /* in every block */
     if (live && !(P.min_p > 0.0f)) {
         /* no filter: the exponential race, each block's best word, then the cluster's */
-        const CvllmRaceKey k = cvllm_race_key(P.seed, P.draw_index);
-        unsigned long long best = 0;
-        for_range(x, lo, hi, warp, false, [&](float v, int i) {
-            const float key = race_key(v, race_t2(P.temperature), k, i);
-            if (!isnan(key)) {
-                const unsigned long long w = race_pack(key, i);
-                best = w > best ? w : best;
-            }
-        });
-        best = block_max_u64(best);
+        const unsigned long long best =
+            block_race(x, lo, hi, P, [](float v, int) { return v; });
         if (threadIdx.x == 0) sh_kept = best;
         cluster.sync();
         const int lane = threadIdx.x & 31;
@@ -1072,9 +1072,9 @@ __global__ void __launch_bounds__(RACE_THREADS)
         float4 qn[4];
         if (wn) load(p + 1, qn);
         if (t > 0.0f && t <= 1e29f && w && prune) /* t: no finite bound or key overflows */
-            race_whole_pruned(x, q, lo, race_t2(t), k, &bk, &bi);
+            race_whole_pruned(x, q, lo, cvllm_race_t2(t), k, &bk, &bi);
         else if (t > 0.0f)
-            race_piece<true>(x, q, w, lo, hi, race_t2(t), k, &bk, &bi);
+            race_piece<true>(x, q, w, lo, hi, cvllm_race_t2(t), k, &bk, &bi);
         else
             race_piece<false>(x, q, w, lo, hi, 0.0f, k, &bk, &bi);
         if (wn)
