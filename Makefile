@@ -5,8 +5,8 @@
 #               /usr/local/cuda/bin the CUDA backend too (CUDA=0: never; CUDA=1: always)
 #   make run    set up, build, generate text with the default model
 #   make test   set up, build, run every test (ctest)
-#   make asan   the tests under AddressSanitizer + UBSan (build-asan/). ASan's shadow memory is
-#               let take huge pages (no_huge_pages_for_shadow=0): in 4 KB pages, the lm_head's
+#   make asan   the tests under AddressSanitizer + UBSan (build-asan/). ASan's shadow memory may
+#               use huge pages (no_huge_pages_for_shadow=0): in 4 KB pages, the lm_head's
 #               stores (rows 600 KB apart) cost ~2 us each on a development VM (2026-12-05, AMD
 #               EPYC with AVX-512): one 128-row product 5 s instead of 0.03 s, and test_server's
 #               200 concurrent requests past the client's 300 s wait for headers
